@@ -1,0 +1,21 @@
+# The two commands a newcomer needs (README): `make preview` and `make test`.
+.PHONY: setup preview test lint bench
+STACK ?= cv-training
+
+setup:
+	@scripts/setup.sh
+
+preview: setup
+	@.venv/bin/gpuforge preview --stack $(STACK)
+
+test:
+	@scripts/setup.sh --with-test-hosts
+	@.venv/bin/ruff check .
+	@.venv/bin/mypy .
+	@.venv/bin/python -m pytest
+
+lint: setup
+	@.venv/bin/ruff check . && .venv/bin/mypy .
+
+bench: setup
+	@.venv/bin/python bench/preview_scale.py

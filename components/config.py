@@ -1,0 +1,276 @@
+"""The typed stack configuration, validated before any resource is declared.
+
+`parse_stack_config` takes config as the Pulumi engine hands it over (a flat map of
+`namespace:key` to string values) and returns a frozen `StackConfig`, or raises `ConfigError`
+naming the key, the bad value and the fix. The same function runs inside `__main__.py` (real
+`pulumi up`) and in `gpuforge preview` before the program starts, so both refuse the same input.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
+from components.profiles import Profile, UnknownProfileError, load_profile, profile_names
+from gpuforge.errors import ConfigError
+
+PROJECT = "gpuforge"
+MAX_NODES = 256  # one cluster placement group; larger fleets are split into several stacks
+OPEN_CIDRS = {"0.0.0.0/0", "::/0"}
+
+
+class RawStackConfig(BaseModel):
+    """The `gpuforge:*` keys, by their Pulumi names (camelCase). Mirrors Pulumi.yaml `config:`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    profile: str
+    azId: str
+    nodeCount: int | None = None
+    instanceType: str | None = None
+    sshCidrs: tuple[str, ...] = ()
+    allowPublicSsh: bool = False
+    sshUser: str = "ubuntu"
+    keyName: str | None = None
+    vpcId: str | None = None
+    subnetId: str | None = None
+    vpcCidr: str = "10.42.0.0/16"
+    subnetCidr: str = "10.42.0.0/20"
+    amiId: str | None = None
+    os: Literal["ubuntu-22.04", "ubuntu-24.04"] = "ubuntu-22.04"
+    driverPreinstalled: bool = False
+    rootVolumeGib: int | None = Field(default=None, ge=30, le=16384)
+    publicIps: bool = True
+    bucketBase: str | None = None
+    team: str | None = None
+    owner: str | None = None
+    costCenter: str | None = None
+    ngcApiKeyParameter: str | None = None
+
+
+CONFIG_KEYS = tuple(RawStackConfig.model_fields)
+_LIST_KEYS = {"sshCidrs"}
+
+
+class StackConfig(BaseModel):
+    """Validated, resolved stack configuration: what the components are built from."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    stack: str
+    region: str
+    profile: Profile
+    instance: InstanceType
+    az_id: str
+    node_count: int
+    ssh_cidrs: tuple[str, ...]
+    allow_public_ssh: bool
+    ssh_user: str
+    key_name: str | None
+    vpc_id: str | None
+    subnet_id: str | None
+    vpc_cidr: str
+    subnet_cidr: str
+    ami_id: str | None
+    os: str
+    driver_preinstalled: bool
+    root_volume_gib: int
+    public_ips: bool
+    bucket_base: str
+    team: str | None
+    owner: str | None
+    cost_center: str | None
+    ngc_api_key_parameter: str | None
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Cost-allocation tags for every taggable resource."""
+        tags = {"project": PROJECT, "stack": self.stack, "profile": self.profile.name}
+        for key, value in (("team", self.team), ("owner", self.owner), ("cost-center", self.cost_center)):
+            if value:
+                tags[key] = value
+        return tags
+
+
+def _decode(key: str, value: Any) -> Any:
+    """Config values arrive as strings (as the CLI passes them); arrays arrive as JSON text."""
+    if key in _LIST_KEYS and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{PROJECT}:{key}", f"{value!r} is not a list", "write it as a YAML list") from None
+    return value
+
+
+def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None = None) -> StackConfig:
+    """Validate `raw` (`ns:key` -> value) for `stack`; raise ConfigError on the first problem."""
+    catalog = catalog or load_catalog()
+    ours: dict[str, Any] = {}
+    for full_key, value in raw.items():
+        ns, _, key = full_key.partition(":")
+        if ns != PROJECT:
+            continue
+        if key not in CONFIG_KEYS:
+            raise ConfigError(
+                full_key,
+                f"unknown key{did_you_mean(key, CONFIG_KEYS)}",
+                f"remove it; known keys are listed in Pulumi.yaml ({', '.join(CONFIG_KEYS[:6])}, ...)",
+            )
+        ours[key] = _decode(key, value)
+
+    region = raw.get("aws:region")
+    if not region:
+        raise ConfigError("aws:region", "not set", "add `aws:region: us-east-1` (or another region) to the stack file")
+    region = str(region)
+    if region not in catalog.regions:
+        raise ConfigError(
+            "aws:region",
+            f"{region!r} is not a region the catalog covers{did_you_mean(region, catalog.regions)}",
+            f"use one of {', '.join(catalog.regions)}",
+        )
+
+    if "profile" not in ours:
+        raise ConfigError(f"{PROJECT}:profile", "not set", f"set it to one of {', '.join(profile_names())}")
+    if "azId" not in ours:
+        raise ConfigError(
+            f"{PROJECT}:azId", "not set", f"set it to an AZ ID of {region}: {', '.join(catalog.region(region).az_ids)}"
+        )
+    try:
+        parsed = RawStackConfig.model_validate(ours)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = f"{PROJECT}:{err['loc'][0]}" if err["loc"] else PROJECT
+        bad = err.get("input")
+        raise ConfigError(key, f"{err['msg']} (got {bad!r})", "see Pulumi.yaml for the key's type") from None
+
+    try:
+        profile = load_profile(parsed.profile)
+    except UnknownProfileError as exc:
+        raise ConfigError(
+            f"{PROJECT}:profile",
+            f"unknown profile {parsed.profile!r}{exc.suggestion}",
+            f"use one of {', '.join(exc.known)}",
+        ) from None
+
+    type_name = parsed.instanceType or profile.shape.instance_type
+    try:
+        instance = catalog.instance(type_name)
+    except KeyError as exc:
+        raise ConfigError(f"{PROJECT}:instanceType", str(exc.args[0]), "pick a type from `gpuforge catalog list`") from None
+
+    reg = catalog.region(region)
+    if parsed.azId not in reg.az_ids:
+        raise ConfigError(
+            f"{PROJECT}:azId",
+            f"{parsed.azId!r} is not an AZ ID of {region}{did_you_mean(parsed.azId, reg.az_ids)}",
+            f"use one of {', '.join(reg.az_ids)} (AZ IDs, not AZ names like us-east-1a)",
+        )
+    offering = instance.offering(region)
+    if offering is None:
+        offered = sorted(r for r in instance.offerings)
+        raise ConfigError(
+            f"{PROJECT}:instanceType",
+            f"{instance.name} is not offered in {region} per the catalog",
+            f"use a region that has it ({', '.join(offered) or 'none'}) or another instance type",
+        )
+    if parsed.azId not in offering.az_ids:
+        raise ConfigError(
+            f"{PROJECT}:azId",
+            f"{instance.name} is not offered in {parsed.azId} per the catalog",
+            f"use one of {', '.join(offering.az_ids)}, or run `gpuforge preflight --stack {stack}` to pick one",
+        )
+    if parsed.azId not in reg.s3express_az_ids:
+        both = [a for a in offering.az_ids if a in reg.s3express_az_ids]
+        raise ConfigError(
+            f"{PROJECT}:azId",
+            f"S3 Express One Zone (the co-located directory bucket) is not available in {parsed.azId}",
+            f"use an AZ ID with both {instance.name} and S3 Express: {', '.join(both) or 'none in ' + region}",
+        )
+
+    node_count = parsed.nodeCount if parsed.nodeCount is not None else profile.shape.node_count
+    if not 1 <= node_count <= MAX_NODES:
+        raise ConfigError(
+            f"{PROJECT}:nodeCount",
+            f"{node_count} is out of range",
+            f"use 1 to {MAX_NODES} nodes (one cluster placement group per stack)",
+        )
+
+    _check_network(parsed, stack)
+    bucket_base = parsed.bucketBase or f"gpuforge-{stack}"
+    _check_bucket_base(bucket_base, parsed.azId)
+
+    return StackConfig(
+        stack=stack,
+        region=region,
+        profile=profile,
+        instance=instance,
+        az_id=parsed.azId,
+        node_count=node_count,
+        ssh_cidrs=parsed.sshCidrs,
+        allow_public_ssh=parsed.allowPublicSsh,
+        ssh_user=parsed.sshUser,
+        key_name=parsed.keyName,
+        vpc_id=parsed.vpcId,
+        subnet_id=parsed.subnetId,
+        vpc_cidr=parsed.vpcCidr,
+        subnet_cidr=parsed.subnetCidr,
+        ami_id=parsed.amiId,
+        os=parsed.os,
+        driver_preinstalled=parsed.driverPreinstalled,
+        root_volume_gib=parsed.rootVolumeGib or profile.storage.root_volume_gib,
+        public_ips=parsed.publicIps,
+        bucket_base=bucket_base,
+        team=parsed.team,
+        owner=parsed.owner,
+        cost_center=parsed.costCenter,
+        ngc_api_key_parameter=parsed.ngcApiKeyParameter,
+    )
+
+
+def _network(key: str, text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise ConfigError(f"{PROJECT}:{key}", f"{text!r} is not a valid CIDR ({exc})", "write it like 10.0.0.0/8") from None
+
+
+def _check_network(parsed: RawStackConfig, stack: str) -> None:
+    for cidr in parsed.sshCidrs:
+        net = _network("sshCidrs", cidr)
+        if net.prefixlen == 0 and not parsed.allowPublicSsh:
+            raise ConfigError(
+                f"{PROJECT}:sshCidrs",
+                f"{cidr} opens SSH to the whole internet",
+                f"list your own CIDRs, or set `{PROJECT}:allowPublicSsh: true` in stacks/Pulumi.{stack}.yaml "
+                "if you really mean it",
+            )
+    vpc = _network("vpcCidr", parsed.vpcCidr)
+    subnet = _network("subnetCidr", parsed.subnetCidr)
+    if not subnet.subnet_of(vpc):  # type: ignore[arg-type]
+        raise ConfigError(f"{PROJECT}:subnetCidr", f"{subnet} is not inside vpcCidr {vpc}", "pick a subnet of the VPC")
+    if bool(parsed.vpcId) != bool(parsed.subnetId):
+        missing = "subnetId" if parsed.vpcId else "vpcId"
+        raise ConfigError(f"{PROJECT}:{missing}", "not set", "an existing network needs both vpcId and subnetId")
+    if parsed.vpcId and not re.fullmatch(r"vpc-[0-9a-f]{8,17}", parsed.vpcId):
+        raise ConfigError(f"{PROJECT}:vpcId", f"{parsed.vpcId!r} is not a VPC id", "write it like vpc-0abc1234")
+    if parsed.subnetId and not re.fullmatch(r"subnet-[0-9a-f]{8,17}", parsed.subnetId):
+        raise ConfigError(f"{PROJECT}:subnetId", f"{parsed.subnetId!r} is not a subnet id", "write it like subnet-0abc1234")
+    if parsed.amiId and not re.fullmatch(r"ami-[0-9a-f]{8,17}", parsed.amiId):
+        raise ConfigError(f"{PROJECT}:amiId", f"{parsed.amiId!r} is not an AMI id", "write it like ami-0abc1234")
+
+
+def _check_bucket_base(base: str, az_id: str) -> None:
+    # Directory bucket names are <base>--<azid>--x-s3 and at most 63 characters.
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{1,40}[a-z0-9]", base) or "--" in base:
+        raise ConfigError(
+            f"{PROJECT}:bucketBase",
+            f"{base!r} is not a usable bucket base name",
+            "use 3-42 lowercase letters, digits and single hyphens",
+        )
+    if len(f"{base}--{az_id}--x-s3") > 63:
+        raise ConfigError(f"{PROJECT}:bucketBase", f"{base!r} is too long for a directory bucket name", "shorten it")

@@ -1,0 +1,1 @@
+"""One module per `gpuforge` subcommand; each exposes a click command named `command`."""

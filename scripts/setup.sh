@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sets up a development environment: Debian packages for the test hosts (when root), and a
+# virtual environment in .venv with gpuforge and its dev tools installed. Idempotent: a second
+# run installs nothing unless pyproject.toml changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_debs=${GPUFORGE_DEBS:-"iproute2 openssh-server openssh-client iperf3 iputils-ping procps"}
+if [ "${1:-}" = "--with-test-hosts" ] && [ "$(id -u)" = 0 ]; then
+  missing=""
+  for pkg in $want_debs; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
+  done
+  if [ -n "$missing" ]; then
+    echo "setup: installing Debian packages:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  fi
+fi
+
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$py" -m venv .venv
+fi
+stamp=.venv/.gpuforge-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing gpuforge and dev tools into .venv (about a minute the first time)"
+  # pip compiles .pyc at install time; this environment may set PYTHONDONTWRITEBYTECODE, and
+  # without .pyc every run re-parses pulumi_aws (research/pulumi-feasibility.md §1).
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+  touch "$stamp"
+fi
