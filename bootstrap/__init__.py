@@ -1,0 +1,1 @@
+"""Node bootstrap: jinja2 templates + versions manifest -> EC2 user data."""
