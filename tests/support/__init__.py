@@ -1,0 +1,1 @@
+"""Test support shared by several test directories (fixtures loaded as pytest plugins)."""
