@@ -1,0 +1,144 @@
+"""GpuCluster: a reference configuration on AWS, in one AZ ID and one cluster placement group,
+next to its object storage. Composes the network, storage and node components."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from components.ami import lookup_ami
+from components.compute import DataVolumeSpec, GpuNodes, NodesArgs
+from components.config import StackConfig
+from components.network import GpuNetwork, NetworkArgs
+from components.storage import ClusterStorage, StorageArgs
+
+
+@dataclass(frozen=True)
+class GpuClusterArgs:
+    config: StackConfig
+
+
+def node_names(stack: str, count: int) -> tuple[str, ...]:
+    # Zero-padded so names sort and fold (ClusterShell: cv-training-node[01-08]).
+    width = max(2, len(str(count)))
+    return tuple(f"{stack}-node{i + 1:0{width}d}" for i in range(count))
+
+
+class GpuCluster(pulumi.ComponentResource):
+    inventory: pulumi.Output[dict[str, Any]]
+    placement_group_name: pulumi.Output[str]
+    directory_bucket: pulumi.Output[str]
+    checkpoint_bucket: pulumi.Output[str]
+
+    def __init__(self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuforge:aws:GpuCluster", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+        tags = cfg.tags
+
+        network = GpuNetwork(
+            name,
+            NetworkArgs(
+                region=cfg.region,
+                az_id=cfg.az_id,
+                vpc_cidr=cfg.vpc_cidr,
+                subnet_cidr=cfg.subnet_cidr,
+                ssh_cidrs=cfg.ssh_cidrs,
+                public=cfg.public_ips and cfg.vpc_id is None,
+                tags=tags,
+                existing_vpc_id=cfg.vpc_id,
+                existing_subnet_id=cfg.subnet_id,
+            ),
+            opts=child,
+        )
+        pg = aws.ec2.PlacementGroup(
+            f"{name}-pg",
+            strategy=aws.ec2.PlacementStrategy.CLUSTER,
+            tags={**tags, "Name": f"{name}-pg"},
+            opts=child,
+        )
+        storage = ClusterStorage(
+            name, StorageArgs(bucket_base=cfg.bucket_base, region=cfg.region, az_id=cfg.az_id, tags=tags), opts=child
+        )
+
+        ami_id = pulumi.Output.from_input(cfg.ami_id) if cfg.ami_id else lookup_ami(
+            cfg.os, cfg.driver_preinstalled, opts=pulumi.InvokeOptions(parent=self)
+        )
+        ngc_arn = None
+        if cfg.ngc_api_key_parameter:
+            param = cfg.ngc_api_key_parameter.lstrip("/")
+            ngc_arn = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id.apply(
+                lambda acct: f"arn:aws:ssm:{cfg.region}:{acct}:parameter/{param}"
+            )
+
+        from bootstrap.render import render_user_data  # components -> bootstrap (DESIGN.md)
+
+        dv = cfg.profile.storage.data_volume
+        nodes = GpuNodes(
+            name,
+            NodesArgs(
+                instance=cfg.instance,
+                node_names=node_names(cfg.stack, cfg.node_count),
+                ami_id=ami_id,
+                subnet_id=network.subnet_id,
+                availability_zone=network.availability_zone,
+                security_group_id=network.security_group_id,
+                placement_group=pg.name,
+                bucket_arns=[storage.checkpoint_bucket_arn],
+                directory_bucket_arn=storage.directory_bucket_arn,
+                root_volume_gib=cfg.root_volume_gib,
+                user_data_b64=lambda node: render_user_data(cfg, node).user_data_base64,
+                public_ip=cfg.public_ips and cfg.vpc_id is None,
+                key_name=cfg.key_name,
+                data_volume=DataVolumeSpec(dv.type, dv.size_gib) if dv else None,
+                ngc_parameter_arn=ngc_arn,
+                tags=tags,
+            ),
+            opts=child,
+        )
+
+        self.placement_group_name = pg.name
+        self.directory_bucket = storage.directory_bucket_name
+        self.checkpoint_bucket = storage.checkpoint_bucket_name
+        self.availability_zone = network.availability_zone
+        self.inventory = _inventory(cfg, nodes, network.availability_zone)
+        self.register_outputs(
+            {
+                "inventory": self.inventory,
+                "placementGroup": self.placement_group_name,
+                "directoryBucket": self.directory_bucket,
+                "checkpointBucket": self.checkpoint_bucket,
+            }
+        )
+
+
+def _inventory(cfg: StackConfig, nodes: GpuNodes, az: pulumi.Output[str]) -> pulumi.Output[dict[str, Any]]:
+    """The inventory `gpuforge validate` reads (DESIGN.md): one entry per node."""
+    entries = [
+        pulumi.Output.all(
+            n.instance.id, n.instance.private_ip, n.public_ip if n.public_ip is not None else "", az
+        ).apply(
+            lambda v, name=n.name: {
+                "name": name,
+                "host": v[2] or v[1],
+                "instance_id": v[0],
+                "private_ip": v[1],
+                "public_ip": v[2] or None,
+                "availability_zone": v[3],
+                "az_id": cfg.az_id,
+                "instance_type": cfg.instance.name,
+            }
+        )
+        for n in nodes.nodes
+    ]
+    return pulumi.Output.all(*entries).apply(
+        lambda items: {
+            "profile": cfg.profile.name,
+            "stack": cfg.stack,
+            "ssh": {"user": cfg.ssh_user, "port": 22},
+            "nodes": list(items),
+        }
+    )

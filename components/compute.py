@@ -1,0 +1,222 @@
+"""GPU nodes: IAM role and instance profile, one launch template, and the instances.
+
+Every node joins the cluster placement group through the launch template; EFA types get one
+EFA interface per network card (card 0 carries device index 0, the others device index 1, as
+the EC2 EFA guide lays it out), so NCCL sees every card.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from components.catalog import InstanceType
+
+SSM_CORE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs' root device name
+DATA_DEVICE = "/dev/sdf"  # appears as an NVMe device whose serial is the volume id
+
+
+@dataclass(frozen=True)
+class DataVolumeSpec:
+    type: str
+    size_gib: int
+
+
+@dataclass(frozen=True)
+class NodesArgs:
+    instance: InstanceType
+    node_names: tuple[str, ...]
+    ami_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    availability_zone: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    placement_group: pulumi.Input[str]
+    bucket_arns: Sequence[pulumi.Input[str]]
+    directory_bucket_arn: pulumi.Input[str]
+    root_volume_gib: int
+    user_data_b64: Callable[[str | None], str]  # node name (None: launch template default) -> base64
+    public_ip: bool
+    key_name: str | None = None
+    data_volume: DataVolumeSpec | None = None
+    ngc_parameter_arn: pulumi.Input[str] | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    instance: aws.ec2.Instance
+    public_ip: pulumi.Output[str] | None
+
+
+class GpuNodes(pulumi.ComponentResource):
+    nodes: list[Node]
+    role_name: pulumi.Output[str]
+    launch_template_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NodesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuforge:aws:Nodes", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = args.tags
+
+        role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+                    ],
+                }
+            ),
+            description="gpuforge GPU node: SSM, and this cluster's buckets only",
+            tags=tags,
+            opts=child,
+        )
+        aws.iam.RolePolicyAttachment(f"{name}-ssm-core", role=role.name, policy_arn=SSM_CORE_POLICY, opts=child)
+        aws.iam.RolePolicy(
+            f"{name}-buckets",
+            role=role.id,
+            policy=pulumi.Output.all(args.directory_bucket_arn, args.ngc_parameter_arn or "", *args.bucket_arns).apply(
+                lambda arns: node_policy(arns[0], arns[2:], arns[1] or None)
+            ),
+            opts=child,
+        )
+        profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=tags, opts=child)
+
+        lt = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            image_id=args.ami_id,
+            instance_type=args.instance.name,
+            key_name=args.key_name,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",  # IMDSv2 only
+                http_put_response_hop_limit=2,  # containers on the node sit one hop further away
+                instance_metadata_tags="enabled",  # bootstrap reads its node name from the Name tag
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=args.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            network_interfaces=network_interfaces(args.instance, args.subnet_id, args.security_group_id, args.public_ip),
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=args.placement_group),
+            user_data=args.user_data_b64(None),
+            update_default_version=True,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
+                for kind in ("instance", "volume", "network-interface")
+            ],
+            tags=tags,
+            opts=child,
+        )
+
+        multi_card = len(network_interfaces(args.instance, "", "", False)) > 1
+        self.nodes = []
+        for node_name in args.node_names:
+            inst = aws.ec2.Instance(
+                node_name,
+                launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
+                placement_group=args.placement_group,
+                user_data_base64=args.user_data_b64(node_name),
+                tags={**tags, "Name": node_name},
+                opts=child,
+            )
+            public_ip: pulumi.Output[str] | None = None
+            if args.public_ip and multi_card:
+                # EC2 gives no automatic public IP to an instance with several network cards.
+                eip = aws.ec2.Eip(
+                    f"{node_name}-eip",
+                    domain="vpc",
+                    network_interface=inst.primary_network_interface_id,
+                    tags={**tags, "Name": f"{node_name}-eip"},
+                    opts=child,
+                )
+                public_ip = eip.public_ip
+            elif args.public_ip:
+                public_ip = inst.public_ip
+            if args.data_volume is not None:
+                vol = aws.ebs.Volume(
+                    f"{node_name}-data",
+                    availability_zone=args.availability_zone,
+                    type=args.data_volume.type,
+                    size=args.data_volume.size_gib,
+                    encrypted=True,
+                    tags={**tags, "Name": f"{node_name}-data", "gpuforge-node": node_name},
+                    opts=child,
+                )
+                aws.ec2.VolumeAttachment(
+                    f"{node_name}-data-attach",
+                    device_name=DATA_DEVICE,
+                    instance_id=inst.id,
+                    volume_id=vol.id,
+                    opts=child,
+                )
+            self.nodes.append(Node(node_name, inst, public_ip))
+
+        self.role_name = role.name
+        self.launch_template_id = lt.id
+        self.register_outputs({"roleName": role.name, "launchTemplateId": lt.id})
+
+
+def network_interfaces(
+    instance: InstanceType, subnet_id: pulumi.Input[str], security_group_id: pulumi.Input[str], public_ip: bool
+) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """One EFA per network card on EFA types; a single ENA interface otherwise."""
+    cards = instance.efa_interfaces if instance.efa else 1
+    single = cards == 1
+    return [
+        aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=card,
+            device_index=0 if card == 0 else 1,
+            interface_type="efa" if instance.efa else None,
+            subnet_id=subnet_id,
+            security_groups=[security_group_id],
+            delete_on_termination="true",
+            associate_public_ip_address=("true" if public_ip else "false") if single else None,
+        )
+        for card in range(cards)
+    ]
+
+
+def node_policy(directory_bucket_arn: str, bucket_arns: Sequence[str], ngc_parameter_arn: str | None) -> str:
+    """Least privilege: object access to this cluster's buckets, S3 Express sessions on its
+    directory bucket, and reading the NGC key parameter if one is configured."""
+    statements: list[dict[str, object]] = [
+        {
+            "Sid": "ListClusterBuckets",
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+            "Resource": list(bucket_arns),
+        },
+        {
+            "Sid": "ReadWriteClusterObjects",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            "Resource": [f"{arn}/*" for arn in bucket_arns],
+        },
+        {
+            "Sid": "ExpressSessions",
+            "Effect": "Allow",
+            "Action": ["s3express:CreateSession"],
+            "Resource": [directory_bucket_arn],
+        },
+    ]
+    if ngc_parameter_arn:
+        statements.append(
+            {"Sid": "ReadNgcKey", "Effect": "Allow", "Action": ["ssm:GetParameter"], "Resource": [ngc_parameter_arn]}
+        )
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})

@@ -1,0 +1,159 @@
+"""The cluster network: one subnet in the stack's AZ ID, a security group for EFA/NCCL, and
+S3 + S3 Express gateway endpoints so data traffic stays inside the VPC."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+# What bootstrap needs from the internet: package repositories, NVIDIA's CUDA repo, NGC (HTTPS),
+# and plain HTTP for Ubuntu mirrors. Everything else leaves only towards the security group itself.
+EGRESS_PORTS = (80, 443)
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    region: str
+    az_id: str
+    vpc_cidr: str
+    subnet_cidr: str
+    ssh_cidrs: tuple[str, ...]
+    public: bool
+    tags: dict[str, str] = field(default_factory=dict)
+    existing_vpc_id: str | None = None
+    existing_subnet_id: str | None = None
+
+
+class GpuNetwork(pulumi.ComponentResource):
+    vpc_id: pulumi.Output[str]
+    subnet_id: pulumi.Output[str]
+    availability_zone: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuforge:aws:Network", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = args.tags
+
+        if args.existing_vpc_id and args.existing_subnet_id:
+            subnet = aws.ec2.get_subnet_output(id=args.existing_subnet_id, opts=pulumi.InvokeOptions(parent=self))
+            # The AZ ID is a contract (same AZ for nodes, volumes, directory bucket): fail the
+            # deployment rather than silently spread the cluster over two AZs.
+            self.availability_zone = subnet.apply(lambda s: _require_az(s, args.az_id))
+            self.vpc_id = pulumi.Output.from_input(args.existing_vpc_id)
+            self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
+            route_table_ids = [
+                aws.ec2.get_route_table_output(subnet_id=args.existing_subnet_id, opts=pulumi.InvokeOptions(parent=self)).id
+            ]
+        else:
+            vpc = aws.ec2.Vpc(
+                f"{name}-vpc",
+                cidr_block=args.vpc_cidr,
+                enable_dns_support=True,
+                enable_dns_hostnames=True,
+                tags={**tags, "Name": f"{name}-vpc"},
+                opts=child,
+            )
+            subnet_res = aws.ec2.Subnet(
+                f"{name}-subnet",
+                vpc_id=vpc.id,
+                cidr_block=args.subnet_cidr,
+                availability_zone_id=args.az_id,
+                map_public_ip_on_launch=False,
+                tags={**tags, "Name": f"{name}-subnet"},
+                opts=child,
+            )
+            rt = aws.ec2.RouteTable(f"{name}-rt", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-rt"}, opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-rt-assoc", subnet_id=subnet_res.id, route_table_id=rt.id, opts=child)
+            if args.public:
+                igw = aws.ec2.InternetGateway(
+                    f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=child
+                )
+                aws.ec2.Route(
+                    f"{name}-default-route",
+                    route_table_id=rt.id,
+                    destination_cidr_block="0.0.0.0/0",
+                    gateway_id=igw.id,
+                    opts=child,
+                )
+            self.vpc_id = vpc.id
+            self.subnet_id = subnet_res.id
+            self.availability_zone = subnet_res.availability_zone
+            route_table_ids = [rt.id]
+
+        for service in ("s3", "s3express"):
+            aws.ec2.VpcEndpoint(
+                f"{name}-{service}-endpoint",
+                vpc_id=self.vpc_id,
+                service_name=f"com.amazonaws.{args.region}.{service}",
+                vpc_endpoint_type="Gateway",
+                route_table_ids=route_table_ids,
+                tags={**tags, "Name": f"{name}-{service}"},
+                opts=child,
+            )
+
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            vpc_id=self.vpc_id,
+            description="gpuforge cluster: all traffic between members (EFA, NCCL); SSH from listed CIDRs",
+            tags={**tags, "Name": f"{name}-sg"},
+            opts=child,
+        )
+        # EFA needs an all-traffic rule to and from the group itself, in both directions.
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-in-self",
+            security_group_id=sg.id,
+            ip_protocol="-1",
+            referenced_security_group_id=sg.id,
+            description="all traffic from cluster members (EFA/NCCL)",
+            tags=tags,
+            opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-out-self",
+            security_group_id=sg.id,
+            ip_protocol="-1",
+            referenced_security_group_id=sg.id,
+            description="all traffic to cluster members (EFA/NCCL)",
+            tags=tags,
+            opts=child,
+        )
+        for port in EGRESS_PORTS:
+            aws.vpc.SecurityGroupEgressRule(
+                f"{name}-out-{port}",
+                security_group_id=sg.id,
+                ip_protocol="tcp",
+                from_port=port,
+                to_port=port,
+                cidr_ipv4="0.0.0.0/0",
+                description=f"tcp/{port} out for packages, NVIDIA repositories and NGC",
+                tags=tags,
+                opts=child,
+            )
+        for i, cidr in enumerate(args.ssh_cidrs):
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-ssh-{i}",
+                security_group_id=sg.id,
+                ip_protocol="tcp",
+                from_port=22,
+                to_port=22,
+                **({"cidr_ipv6": cidr} if ":" in cidr else {"cidr_ipv4": cidr}),
+                description=f"SSH from {cidr}",
+                tags=tags,
+                opts=child,
+            )
+        self.security_group_id = sg.id
+        self.register_outputs(
+            {"vpcId": self.vpc_id, "subnetId": self.subnet_id, "securityGroupId": self.security_group_id}
+        )
+
+
+def _require_az(subnet: aws.ec2.AwaitableGetSubnetResult, az_id: str) -> str:
+    if subnet.availability_zone_id != az_id:
+        raise pulumi.RunError(
+            f"gpuforge:subnetId {subnet.id} is in {subnet.availability_zone_id}, not gpuforge:azId {az_id}; "
+            "use a subnet in that AZ ID or change azId"
+        )
+    return subnet.availability_zone
