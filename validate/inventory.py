@@ -1,0 +1,183 @@
+"""The inventory validate reads (DESIGN.md): which nodes, how to reach them, what to expect.
+
+Accepted shapes, from a file or stdin (`-`), YAML or JSON:
+- the inventory itself: `{"profile", "expect", "ssh": {...}, "nodes": [{"name", "host", ...}]}`;
+- `pulumi stack output --json inventory` (the same object; Pulumi may also print it as a JSON
+  string when the program exported a serialized value);
+- `pulumi stack output --json` (all outputs), where the inventory sits under `inventory`.
+Every problem is an InputError naming the file and the key, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpuforge.errors import InputError
+
+# The ssh defaults mirror OpenSSH's so that an inventory written by hand behaves like `ssh`.
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Expect(_Strict):
+    """The node's own expectations; each stated one takes precedence over the profile's."""
+
+    gpus_per_node: int | None = Field(default=None, ge=0)
+    gpu_model: str | None = None
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    interconnect: Literal["none", "pcie", "nvlink", "nvswitch"] | None = None
+    efa_interfaces: int | None = Field(default=None, ge=0)
+    link_gbps: float | None = Field(default=None, gt=0)
+    nccl_busbw_gbps: float | None = Field(default=None, gt=0)
+    mtu: int | None = Field(default=None, ge=576, le=65536)
+    ping_p99_ms: float | None = Field(default=None, gt=0)
+
+    def stated(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class JumpHost(_Strict):
+    host: str = Field(min_length=1)
+    user: str | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+
+
+class SshConfig(_Strict):
+    user: str = "root"
+    key_file: str | None = None  # None: the transport refuses to guess; key auth is required
+    known_hosts: str = DEFAULT_KNOWN_HOSTS
+    port: int = Field(default=22, ge=1, le=65535)
+    jump_host: JumpHost | None = None
+
+    @field_validator("jump_host", mode="before")
+    @classmethod
+    def _jump_from_string(cls, value: Any) -> Any:
+        # `user@host:port` is how people write a jump host (ssh -J); accept it as well as a mapping.
+        if isinstance(value, str):
+            user, _, rest = value.rpartition("@")
+            host, sep, port = rest.partition(":")
+            out: dict[str, Any] = {"host": host}
+            if user:
+                out["user"] = user
+            if sep:
+                out["port"] = port
+            return out
+        return value
+
+    def key_path(self) -> Path | None:
+        return Path(self.key_file).expanduser() if self.key_file else None
+
+    def known_hosts_path(self) -> Path:
+        return Path(self.known_hosts).expanduser()
+
+
+class Node(BaseModel):
+    """One node; extra fields (instance_type, private_ip, az ...) are kept, not rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    name: str = Field(min_length=1)
+    host: str = Field(min_length=1)
+    instance_type: str | None = None
+    private_ip: str | None = None
+
+    @property
+    def data_address(self) -> str:
+        """Where other nodes send traffic: the private address when known (AWS), else host."""
+        return self.private_ip or self.host
+
+    def extras(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Inventory(_Strict):
+    profile: str | None = None
+    expect: Expect | None = None
+    ssh: SshConfig = SshConfig()
+    nodes: list[Node] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Inventory:
+        seen: set[str] = set()
+        for node in self.nodes:
+            if node.name in seen:
+                raise ValueError(f"node name {node.name!r} appears twice; names must be unique")
+            seen.add(node.name)
+        return self
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+def _unwrap(doc: Any) -> Any:
+    """Accept the Pulumi output shapes listed in the module docstring."""
+    if isinstance(doc, str):  # `pulumi stack output --json` of a serialized (json.dumps) export
+        try:
+            doc = json.loads(doc)
+        except json.JSONDecodeError:
+            return doc
+    if isinstance(doc, dict) and "nodes" not in doc and "inventory" in doc:
+        return _unwrap(doc["inventory"])
+    return doc
+
+
+def parse_inventory(text: str, source: str) -> Inventory:
+    """Text (YAML or JSON; JSON is YAML) -> Inventory, with errors that name `source` and the key."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(
+            f"{source}: not valid YAML/JSON{where}", "write the inventory as YAML or JSON (see DESIGN.md)"
+        ) from None
+    doc = _unwrap(doc)
+    if not isinstance(doc, dict):
+        raise InputError(
+            f"{source}: the inventory must be a mapping with `nodes`, got {type(doc).__name__}",
+            "pass the file of `pulumi stack output --json inventory`, or write {profile, ssh, nodes: [...]}",
+        )
+    try:
+        return Inventory.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        hint = _hint(err)
+        raise InputError(f"{source}: {key}: {err['msg']}{more}", hint) from None
+
+
+def _hint(err: Any) -> str:
+    kind = err.get("type", "")
+    if kind == "missing":
+        return "add the key; every node needs `name` and `host`, and `nodes` needs at least one node"
+    if kind == "extra_forbidden":
+        allowed = "profile, expect, ssh, nodes; ssh: user, key_file, known_hosts, port, jump_host"
+        return f"remove or rename the key (allowed: {allowed})"
+    return "fix the value (see the inventory shape in DESIGN.md)"
+
+
+def load_inventory(path: str) -> Inventory:
+    """Read the inventory from a file, or from stdin when `path` is `-`."""
+    if path == "-":
+        return parse_inventory(sys.stdin.read(), "<stdin>")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise InputError(f"--inventory {path}: no such file", "pass the inventory file, or `-` to read it from stdin")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--inventory {path}: cannot read: {exc}", "check the file's permissions") from None
+    return parse_inventory(text, str(path))
