@@ -1,0 +1,94 @@
+"""`gpuforge preview`: what `pulumi up --stack NAME` would create, and what it would cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
+
+
+@click.command("preview")
+@click.option("--stack", "-s", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory holding Pulumi.yaml.",
+)
+def command(stack: str, fmt: str, project_dir: Path) -> None:
+    """Offline preview of a stack, with no Pulumi CLI, plugins or AWS credentials.
+
+    Loads the stack's config as Pulumi would (Pulumi.yaml defaults, then the stack file),
+    validates it, runs __main__.py under the Pulumi SDK's mock engine and prints the resource
+    tree, the exports and a cost estimate from the catalog.
+
+    \b
+    Examples:
+      gpuforge preview --stack cv-training
+      gpuforge preview --stack risk-sim --format json | jq '.cost.hourly'
+    """
+    result = run_preview(project_dir.resolve(), stack)
+    if fmt == "json":
+        click.echo(result.to_json())
+    else:
+        _print_table(result)
+
+
+def _print_table(result: PreviewResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    cfg = result.config
+    console.print(f"[bold]gpuforge preview[/] stack [cyan]{cfg.stack}[/] profile [cyan]{cfg.profile.name}[/]")
+    console.print(f"[dim]{DISCLAIMER}[/]\n")
+    width = max(len("  " * d + t) for d, t, _ in tree_rows(result))
+    for depth, typ, name in tree_rows(result):
+        label = ("  " * depth + typ).ljust(width)
+        console.print(f"+ {label}  [bold]{name}[/]", soft_wrap=True, highlight=False)
+    custom = sum(r.custom for r in result.run.resources)
+    console.print(f"\n{custom} resources, {len(result.run.resources) - custom} components/stack\n")
+
+    outputs = dict(result.run.outputs)
+    inventory = outputs.pop("inventory", None)
+    out = Table(title="outputs", show_header=False, box=None)
+    for key in sorted(outputs):
+        out.add_row(key, json.dumps(outputs[key]) if not isinstance(outputs[key], str) else outputs[key])
+    console.print(out)
+    if isinstance(inventory, dict):
+        inv = Table(title="inventory")
+        for col in ("name", "instance_type", "az_id", "private_ip", "public_ip"):
+            inv.add_column(col)
+        for node in inventory.get("nodes", []):
+            inv.add_row(*(str(node.get(c) or "-") for c in ("name", "instance_type", "az_id", "private_ip", "public_ip")))
+        console.print(inv)
+
+    cost = result.cost.to_dict()
+    ct = Table(title="cost estimate (USD, from the catalog)")
+    for col in ("item", "quantity", "on-demand $/h", "spot $/h"):
+        ct.add_column(col, justify="right" if col != "item" else "left")
+    for line in cost["lines"]:
+        ct.add_row(
+            line["item"],
+            f"{line['quantity']:g} {line['unit']}",
+            _money(line["on_demand_usd_per_hour"]),
+            _money(line["spot_usd_per_hour"]) if line["spot_usd_per_hour"] is not None else "(same)",
+        )
+    ct.add_row("[bold]total per hour[/]", "", _money(cost["hourly"]["on_demand"]), _money(cost["hourly"]["spot"]))
+    ct.add_row(
+        "[bold]total per 30 days[/]", "", _money(cost["thirty_days"]["on_demand"]), _money(cost["thirty_days"]["spot"])
+    )
+    console.print(ct)
+    for note in cost["notes"]:
+        console.print(f"[dim]- {note}[/]")
+    for note in cfg.profile.shape.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def _money(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.2f}"

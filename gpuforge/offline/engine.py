@@ -1,0 +1,184 @@
+"""Run `__main__.py` under the Pulumi SDK's mock engine and record the resource graph.
+
+This is what `gpuforge preview` and the whole-program tests use. The recipe and its pitfalls
+(stale root stack, leaked event loops, nondeterministic order) are in
+shared/research/pulumi-feasibility.md §5 and §8; each fix is commented where it is applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import runpy
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _sync_await
+
+STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+@dataclass(frozen=True)
+class Registered:
+    urn: str
+    type: str
+    name: str
+    parent: str
+    custom: bool
+    inputs: dict[str, Any]
+    dependencies: tuple[str, ...]
+
+
+@dataclass
+class OfflineRun:
+    project: str
+    stack: str
+    resources: list[Registered]
+    outputs: dict[str, Any]
+    duplicates: list[str] = field(default_factory=list)
+
+    def of_type(self, type_token: str) -> list[Registered]:
+        return sorted((r for r in self.resources if r.type == type_token), key=lambda r: r.name)
+
+    def by_urn(self) -> dict[str, Registered]:
+        return {r.urn: r for r in self.resources}
+
+
+class RecordingMonitor(MockMonitor):
+    """MockMonitor that keeps every registration (type, name, parent, inputs) and the exports."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.registered: list[Registered] = []
+        self.duplicates: list[str] = []
+        self.stack_outputs: dict[str, Any] = {}
+        self._urns: set[str] = set()
+        self._lock = threading.Lock()
+
+    def RegisterResource(self, request: Any) -> Any:
+        resp = super().RegisterResource(request)
+        is_stack = request.type == STACK_TYPE
+        inputs = {} if is_stack else rpc.deserialize_properties(request.object)
+        with self._lock:
+            if is_stack:
+                # set_mocks registers a Stack of its own; keep only the program's.
+                self.registered = [r for r in self.registered if r.type != STACK_TYPE]
+            elif resp.urn in self._urns:
+                self.duplicates.append(resp.urn)  # the real engine rejects these; mocks do not
+            self._urns.add(resp.urn)
+            self.registered.append(
+                Registered(
+                    urn=resp.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent,
+                    custom=bool(request.custom),
+                    inputs=_ints(inputs),
+                    dependencies=tuple(request.dependencies),
+                )
+            )
+        return resp
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        if request.urn.split("::")[2] == STACK_TYPE:
+            self.stack_outputs = _ints(rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def _ints(value: Any) -> Any:
+    """Protobuf Structs carry every number as a float: give integral ones back as int."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return value
+
+
+def run_isolated(fn: Callable[[], Any]) -> Any:
+    """Run `fn` with a private default executor whose worker event loops are closed afterwards.
+
+    MockMonitor creates an event loop in each executor thread and never closes it; under
+    `filterwarnings = error` those leak as ResourceWarnings into unrelated tests.
+    """
+    loops: list[asyncio.AbstractEventLoop] = []
+    lock = threading.Lock()
+
+    def init_worker() -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        with lock:
+            loops.append(loop)
+
+    loop = _main_loop()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, initializer=init_worker)
+    loop.set_default_executor(pool)
+    try:
+        return fn()
+    finally:
+        pool.shutdown(wait=True)
+        for worker_loop in loops:
+            worker_loop.close()
+        # A fresh lazy pool so that later runs in this process still have an executor.
+        loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+
+
+def _main_loop() -> asyncio.AbstractEventLoop:
+    try:
+        return asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        return loop
+
+
+@contextmanager
+def _program_context(project_dir: Path) -> Iterator[None]:
+    old_cwd, old_path = os.getcwd(), list(sys.path)
+    saved_env = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("PULUMI_CONFIG")}
+    sys.path.insert(0, str(project_dir))
+    os.chdir(project_dir)
+    try:
+        yield
+    finally:
+        os.chdir(old_cwd)
+        sys.path[:] = old_path
+        os.environ.update(saved_env)
+
+
+def run_program(
+    project_dir: Path,
+    project: str,
+    stack: str,
+    config: dict[str, str],
+    secret_keys: list[str],
+    mocks: pulumi.runtime.Mocks,
+    preview: bool = False,
+) -> OfflineRun:
+    """Execute `<project_dir>/__main__.py` as the Pulumi language host would, under mocks."""
+    monitor = RecordingMonitor(mocks)
+    # A stale root Stack from an earlier run would parent this run's resources: reset it first.
+    settings.set_root_resource(None)  # type: ignore[arg-type]
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
+    settings.set_root_resource(None)  # type: ignore[arg-type]  # let run_in_stack make the program's Stack
+    pulumi.runtime.set_all_config(dict(config), list(secret_keys))
+    main = project_dir / "__main__.py"
+    try:
+        with _program_context(project_dir):
+            run_isolated(
+                lambda: _sync_await(run_in_stack(lambda: runpy.run_path(str(main), run_name="__main__")))
+            )
+    finally:
+        pulumi.runtime.set_all_config({}, [])
+    return OfflineRun(project, stack, list(monitor.registered), dict(monitor.stack_outputs), list(monitor.duplicates))

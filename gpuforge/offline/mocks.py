@@ -1,0 +1,111 @@
+"""Mock resource provider for the offline preview.
+
+The mock engine echoes a resource's inputs back as its state; here we add the few outputs
+that the program reads (ids, ARNs, IPs, the subnet's AZ name), deterministically, so a preview
+is stable run to run. Values invented here are recognisable: ids say `offline`, IPs come from
+the configured subnet, and the AZ name is derived from the AZ ID (the real name differs per
+account).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+MOCK_ACCOUNT = "000000000000"
+MOCK_AMI = "ami-0000000000offline"
+
+
+@dataclass(frozen=True)
+class MockHints:
+    region: str
+    az_id: str
+    subnet_cidr: str
+    public_ips: bool = False
+
+
+def az_name_for(region: str, az_id: str) -> str:
+    """A stand-in AZ name: use1-az4 -> us-east-1d. Real accounts map IDs to names differently."""
+    number = int(az_id.rsplit("az", 1)[1])
+    return f"{region}{'abcdefghij'[(number - 1) % 10]}"
+
+
+def _digest(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+
+
+class OfflineMocks(pulumi.runtime.Mocks):
+    def __init__(self, hints: MockHints) -> None:
+        self.hints = hints
+        self._subnet = ipaddress.ip_network(hints.subnet_cidr)
+
+    def _private_ip(self, name: str) -> str:
+        hosts = self._subnet.num_addresses - 5  # AWS reserves 5 addresses per subnet
+        return str(self._subnet.network_address + 4 + _digest(name) % max(hosts, 1))
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        state: dict[str, Any] = dict(args.inputs)
+        typ, name = args.typ, args.name
+        rid = f"{name}-offline"
+        arn_base = f"arn:aws:{{svc}}:{self.hints.region}:{MOCK_ACCOUNT}"
+        if typ == "aws:ec2/subnet:Subnet":
+            state.setdefault("availabilityZone", az_name_for(self.hints.region, self.hints.az_id))
+        elif typ == "aws:ec2/placementGroup:PlacementGroup":
+            state.setdefault("name", name)
+        elif typ == "aws:ec2/instance:Instance":
+            rid = f"i-{_digest(name):08x}offline"
+            state["privateIp"] = self._private_ip(name)
+            state["primaryNetworkInterfaceId"] = f"eni-{_digest(name):08x}offline"
+            # Single-card nodes get their public IP from the launch template interface.
+            state["publicIp"] = f"203.0.113.{_digest(name) % 254 + 1}" if self.hints.public_ips else ""  # TEST-NET-3
+        elif typ == "aws:ec2/eip:Eip":
+            state["publicIp"] = f"198.51.100.{_digest(name) % 254 + 1}"  # TEST-NET-2: never routable
+        elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            rid = f"lt-{_digest(name):08x}offline"
+            state["latestVersion"] = 1
+        elif typ in ("aws:s3/bucket:Bucket", "aws:s3/directoryBucket:DirectoryBucket"):
+            bucket = state.get("bucket", name)
+            rid = bucket
+            state["arn"] = (
+                f"arn:aws:s3express:{self.hints.region}:{MOCK_ACCOUNT}:bucket/{bucket}"
+                if typ.endswith("DirectoryBucket")
+                else f"arn:aws:s3:::{bucket}"
+            )
+        elif typ == "aws:iam/role:Role":
+            state.setdefault("name", name)
+            state["arn"] = f"arn:aws:iam::{MOCK_ACCOUNT}:role/{name}"
+        elif typ == "aws:iam/instanceProfile:InstanceProfile":
+            state.setdefault("name", name)
+            state["arn"] = f"arn:aws:iam::{MOCK_ACCOUNT}:instance-profile/{name}"
+        elif typ == "aws:ebs/volume:Volume":
+            rid = f"vol-{_digest(name):08x}offline"
+        elif typ.startswith("kubernetes:"):
+            meta = dict(state.get("metadata") or {})
+            meta.setdefault("name", name)
+            state["metadata"] = meta
+        elif typ.startswith("aws:"):
+            state.setdefault("arn", arn_base.format(svc=typ.split(":")[1].split("/")[0]) + f":{name}")
+        return rid, state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        token = args.token
+        if token == "aws:ec2/getAmi:getAmi":
+            return {"id": MOCK_AMI, "imageId": MOCK_AMI, "name": "offline-lookup"}
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": MOCK_ACCOUNT, "arn": f"arn:aws:iam::{MOCK_ACCOUNT}:user/offline", "id": "offline"}
+        if token == "aws:ec2/getSubnet:getSubnet":
+            sid = args.args.get("id", "subnet-offline")
+            return {
+                "id": sid,
+                "availabilityZoneId": self.hints.az_id,
+                "availabilityZone": az_name_for(self.hints.region, self.hints.az_id),
+                "vpcId": "vpc-offline",
+                "cidrBlock": self.hints.subnet_cidr,
+            }
+        if token == "aws:ec2/getRouteTable:getRouteTable":
+            return {"id": "rtb-offline", "routeTableId": "rtb-offline"}
+        return {}

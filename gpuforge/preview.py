@@ -1,0 +1,108 @@
+"""The offline preview: the stack's config exactly as Pulumi would load it, the real program
+under the SDK's mock engine, and a report of what `pulumi up` would create and cost."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from components.config import PROJECT, StackConfig, parse_stack_config
+from components.cost import CostEstimate, estimate
+from gpuforge.errors import GpuforgeError
+from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config
+
+DISCLAIMER = (
+    "offline preview: the real program ran under the Pulumi SDK's mock engine; no cloud was asked. "
+    "It shows what would be declared, not a provider-backed diff (no provider validation, no "
+    "default_tags, no transforms, ids and IPs are stand-ins)."
+)
+
+
+@dataclass
+class PreviewResult:
+    config: StackConfig
+    run: Any  # OfflineRun
+    cost: CostEstimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stack": self.config.stack,
+            "engine": "offline",
+            "note": DISCLAIMER,
+            "resources": [
+                {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "inputs": _redact(r.inputs)}
+                for r in sorted(self.run.resources, key=lambda r: r.urn)
+            ],
+            "outputs": _redact(self.run.outputs),
+            "cost": self.cost.to_dict(),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
+
+
+class ProgramError(GpuforgeError):
+    exit_code = 1
+
+
+def run_preview(project_dir: Path, stack: str) -> PreviewResult:
+    """Validate the stack's config (exit 2 on bad input), then run the program offline."""
+    raw, secrets = load_stack_config(project_dir, stack)
+    cfg = parse_stack_config(raw, stack)  # before any resource is declared
+
+    from gpuforge.offline.engine import run_program  # imports pulumi: only when needed
+    from gpuforge.offline.mocks import MockHints, OfflineMocks
+
+    mocks = OfflineMocks(MockHints(
+            region=cfg.region,
+            az_id=cfg.az_id,
+            subnet_cidr=cfg.subnet_cidr,
+            public_ips=cfg.public_ips and cfg.vpc_id is None,
+        ))
+    try:
+        run = run_program(project_dir, PROJECT, stack, raw, secrets, mocks)
+    except GpuforgeError:
+        raise
+    except Exception as exc:  # the program itself failed: show its message, not our stack
+        raise ProgramError(f"the Pulumi program failed under the mock engine: {exc}") from exc
+    if run.duplicates:
+        raise ProgramError(f"duplicate resource URNs (the real engine would refuse): {', '.join(run.duplicates)}")
+    return PreviewResult(cfg, run, estimate(cfg))
+
+
+_SECRET_SIG = "4dabf18193072939515e22adb298388d"
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        if _SECRET_SIG in value:
+            return SECRET_PLACEHOLDER
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
+
+
+def tree_rows(result: PreviewResult) -> list[tuple[int, str, str]]:
+    """(depth, type, name) rows in a stable order: children sorted by type then name."""
+    children: dict[str, list[Any]] = defaultdict(list)
+    roots = []
+    urns = {r.urn for r in result.run.resources}
+    for r in result.run.resources:
+        if r.parent and r.parent in urns:
+            children[r.parent].append(r)
+        else:
+            roots.append(r)
+    rows: list[tuple[int, str, str]] = []
+
+    def walk(node: Any, depth: int) -> None:
+        rows.append((depth, node.type, node.name))
+        for c in sorted(children[node.urn], key=lambda c: (c.custom, c.type, c.name)):
+            walk(c, depth + 1)
+
+    for root in sorted(roots, key=lambda r: r.urn):
+        walk(root, 0)
+    return rows
