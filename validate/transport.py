@@ -74,6 +74,9 @@ class CommandResult:
     stderr: str
     duration_s: float
     detail: str = ""
+    # where it ended: connect | channel | connection (lost mid-command) | command. Only a
+    # `command` result says anything about the check; the others say the node is out of reach.
+    stage: str = "command"
 
     @property
     def ok(self) -> bool:
@@ -321,7 +324,7 @@ class SshTransport:
     def run(self, node: Node, command: str, timeout_s: float) -> CommandResult:
         client, failure = self._client(node)
         if failure is not None:
-            return CommandResult(node.name, command, failure.outcome, None, "", "", 0.0, failure.detail)
+            return CommandResult(node.name, command, failure.outcome, None, "", "", 0.0, failure.detail, "connect")
         assert client is not None
         start = time.monotonic()
         tr = client.get_transport()
@@ -331,7 +334,9 @@ class SshTransport:
             chan = tr.open_session(timeout=self.timeouts.channel)
         except paramiko.SSHException as exc:
             outcome = Outcome.TIMEOUT if "Timeout" in str(exc) else Outcome.UNREACHABLE
-            return CommandResult(node.name, command, outcome, None, "", "", time.monotonic() - start, f"channel: {exc}")
+            return CommandResult(
+                node.name, command, outcome, None, "", "", time.monotonic() - start, f"channel: {exc}", "channel"
+            )
         try:
             return self._exec(node, chan, command, timeout_s, start)
         finally:
@@ -366,7 +371,9 @@ class SshTransport:
         )
 
     def _lost(self, node: Node, command: str, start: float, why: str) -> CommandResult:
-        return CommandResult(node.name, command, Outcome.UNREACHABLE, None, "", "", time.monotonic() - start, why)
+        return CommandResult(
+            node.name, command, Outcome.UNREACHABLE, None, "", "", time.monotonic() - start, why, "connection"
+        )
 
     def close(self) -> None:
         with self._conns_lock:
@@ -385,7 +392,7 @@ class _JumpFailed(Exception):
 
 
 def _failure(node: str, outcome: Outcome, detail: str, start: float) -> CommandResult:
-    return CommandResult(node, "", outcome, None, "", "", time.monotonic() - start, detail)
+    return CommandResult(node, "", outcome, None, "", "", time.monotonic() - start, detail, "connect")
 
 
 def _load_key(ssh: SshConfig) -> paramiko.PKey:

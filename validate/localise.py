@@ -1,0 +1,142 @@
+"""Name the slow node or link from pair throughputs, with robust statistics.
+
+A pair is *low* when it is below the acceptance floor (a fraction of the expected link speed)
+or, relative to its peers, below `outlier_ratio` x the median AND more than `outlier_mad_z`
+scaled MADs under it. Then:
+- every pair low and the median itself under the floor: the whole fabric is slow;
+- a node all of whose (>= 2) pairs are low: that node is slow (how maintainers read a node
+  fault, nccl-tests#106);
+- a low pair not explained by a slow node: that link is slow;
+- one low pair and nothing else to compare with (2 nodes): inconclusive, node or link.
+Pure: pair values in, a verdict out, so the rules are tested without any host.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuforge.results import CheckResult, Level
+from validate.network.policy import figure
+
+NAME = "network.localise"
+MAD_SCALE = 1.4826  # scaled MAD estimates the standard deviation for normal data
+
+
+@dataclass(frozen=True)
+class PairValue:
+    a: str
+    b: str
+    a_to_b_gbps: float
+    b_to_a_gbps: float | None = None
+
+    @property
+    def worst(self) -> float:
+        return min(x for x in (self.a_to_b_gbps, self.b_to_a_gbps) if x is not None)
+
+
+@dataclass
+class Verdict:
+    kind: str  # healthy | node | link | fabric | inconclusive | no-data
+    slow_nodes: list[str] = field(default_factory=list)
+    slow_links: list[tuple[str, str]] = field(default_factory=list)
+    suspects: list[str] = field(default_factory=list)  # all pairs low, but < 2 pairs tested
+    median_gbps: float | None = None
+    mad_gbps: float | None = None
+    floor_gbps: float | None = None
+    low_pairs: list[tuple[str, str]] = field(default_factory=list)
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "slow_nodes": self.slow_nodes,
+            "slow_links": [list(p) for p in self.slow_links],
+            "suspects": self.suspects,
+            "median_gbps": self.median_gbps,
+            "mad_gbps": self.mad_gbps,
+            "floor_gbps": self.floor_gbps,
+            "low_pairs": [list(p) for p in self.low_pairs],
+            "message": self.message,
+        }
+
+
+def matrix(nodes: Sequence[str], pairs: Sequence[PairValue]) -> dict[str, dict[str, float | None]]:
+    """Directional node x node matrix: m[src][dst] = Gbit/s from src to dst (None: not tested)."""
+    m: dict[str, dict[str, float | None]] = {a: {b: None for b in nodes if b != a} for a in nodes}
+    for p in pairs:
+        m.setdefault(p.a, {})[p.b] = p.a_to_b_gbps
+        if p.b_to_a_gbps is not None:
+            m.setdefault(p.b, {})[p.a] = p.b_to_a_gbps
+    return m
+
+
+def classify(pairs: Sequence[PairValue], expected_gbps: float | None) -> Verdict:
+    if not pairs:
+        return Verdict("no-data", message="no pair was measured")
+    values = [p.worst for p in pairs]
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    floor = figure("iperf_min_fraction").value * expected_gbps if expected_gbps is not None else None
+    ratio, z = figure("outlier_ratio").value, figure("outlier_mad_z").value
+
+    def relatively_low(v: float) -> bool:
+        spread = MAD_SCALE * mad
+        return v < ratio * med and (spread == 0 or (med - v) / spread > z)
+
+    def low(v: float) -> bool:
+        return (floor is not None and v < floor) or relatively_low(v)
+
+    verdict = Verdict("healthy", median_gbps=med, mad_gbps=mad, floor_gbps=floor)
+    if floor is not None and med < floor:
+        # Everything is slow: name relative outliers too, but the headline is the fabric.
+        verdict.kind = "fabric"
+        verdict.low_pairs = [(p.a, p.b) for p in pairs if relatively_low(p.worst)]
+        verdict.message = f"median pair {med:.3g} Gbit/s is below the floor {floor:.3g}: the whole fabric is slow"
+        return verdict
+    verdict.low_pairs = [(p.a, p.b) for p in pairs if low(p.worst)]
+    if not verdict.low_pairs:
+        verdict.message = f"all {len(pairs)} pairs healthy (median {med:.3g} Gbit/s)"
+        return verdict
+    by_node: dict[str, list[bool]] = {}
+    for p in pairs:
+        for n in (p.a, p.b):
+            by_node.setdefault(n, []).append(low(p.worst))
+    all_low = {n for n, flags in by_node.items() if all(flags)}
+    verdict.slow_nodes = sorted(n for n in all_low if len(by_node[n]) >= 2)
+    verdict.suspects = sorted(n for n in all_low if len(by_node[n]) < 2)
+    slow = set(verdict.slow_nodes)
+    verdict.slow_links = [(a, b) for a, b in verdict.low_pairs if a not in slow and b not in slow]
+    if verdict.slow_nodes:
+        verdict.kind = "node"
+        verdict.message = f"slow node(s): {', '.join(verdict.slow_nodes)} (every pair they are in is low)"
+    elif verdict.slow_links and len(by_node) > 2:
+        verdict.kind = "link"
+        links = ", ".join(f"{a}<->{b}" for a, b in verdict.slow_links)
+        verdict.message = f"slow link(s): {links} (their nodes are fine with other peers)"
+    else:
+        verdict.kind = "inconclusive"
+        verdict.message = "a pair is low but no third node separates node from link; test with more nodes"
+    if verdict.slow_nodes and verdict.slow_links:
+        links = ", ".join(f"{a}<->{b}" for a, b in verdict.slow_links)
+        verdict.message += f"; also slow link(s): {links}"
+    return verdict
+
+
+def results(verdict: Verdict, mat: Mapping[str, Mapping[str, float | None]]) -> list[CheckResult]:
+    observed = {"kind": verdict.kind, "median_gbps": verdict.median_gbps, "mad_gbps": verdict.mad_gbps}
+    expected = f">= {verdict.floor_gbps:.3g} Gbit/s per pair" if verdict.floor_gbps is not None else None
+    if verdict.kind == "no-data":
+        return [CheckResult(NAME, Level.UNKNOWN, (), None, expected, verdict.message)]
+    if verdict.kind == "healthy":
+        return [CheckResult(NAME, Level.PASS, tuple(mat), observed, expected, verdict.message)]
+    targets: tuple[str, ...]
+    if verdict.kind == "node":
+        targets = tuple(verdict.slow_nodes)
+    elif verdict.kind == "link":
+        targets = tuple(f"{a}<->{b}" for a, b in verdict.slow_links)
+    else:
+        targets = tuple(mat)
+    return [CheckResult(NAME, Level.ERROR, targets, observed, expected, verdict.message)]

@@ -1,0 +1,151 @@
+"""iperf3 between two nodes: commands, a pure parser of `-J` output, and a pure evaluator.
+
+One server per concurrent client, each on its own port (an iperf3 server runs one test at a
+time and has no queue: esnet/iperf#685). Both directions are measured at once (`--bidir`), so
+a node shaped on its egress shows in every pair it is in, whichever end it serves. Every run
+is under `timeout`: iperf3's own timeouts do not bound a SIGSTOPped server
+(testbed-feasibility.md, iperf3 3.12 measured).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from gpuforge.results import CheckResult, Level
+from validate.checks import ParseError
+from validate.network.policy import figure
+
+NAME = "network.iperf3"
+
+
+@dataclass(frozen=True)
+class IperfSettings:
+    streams: int = 4
+    duration_s: float = 3.0
+    omit_s: float = 1.0  # skip slow start (`-O`)
+    port_base: int = 5301
+    ports: int = 200  # ports cycle through [port_base, port_base + ports)
+    connect_timeout_ms: int = 3000
+
+    def run_bound_s(self) -> float:
+        """How long a client may take: the test, slow start, the connect, and slack for the end."""
+        return self.duration_s + self.omit_s + self.connect_timeout_ms / 1000 + 5.0
+
+    def port(self, round_no: int, pair_no: int, pairs_per_round: int) -> int:
+        # A fresh port per round, so a server left over from a failed round never collides.
+        return self.port_base + (round_no * max(pairs_per_round, 1) + pair_no) % self.ports
+
+
+def server_command(bind: str, port: int, settings: IperfSettings) -> str:
+    """Start a one-shot server in the background and return once it listens (bounded)."""
+    life = settings.run_bound_s() + 10
+    b, p = shlex.quote(bind), int(port)
+    return (
+        f"nohup timeout -k 2 {life:g} iperf3 -s -1 -B {b} -p {p} >/dev/null 2>&1 </dev/null & "
+        f"for i in $(seq 50); do ss -Hltn 'sport = :{p}' | grep -q . && exit 0; sleep 0.1; done; "
+        f"echo 'iperf3 server did not listen on port {p} within 5 s' >&2; exit 1"
+    )
+
+
+def client_command(server: str, port: int, settings: IperfSettings) -> str:
+    return (
+        f"iperf3 -c {shlex.quote(server)} -p {int(port)} -P {settings.streams} -t {settings.duration_s:g} "
+        f"-O {settings.omit_s:g} --bidir -J --connect-timeout {settings.connect_timeout_ms}"
+    )
+
+
+@dataclass(frozen=True)
+class IperfMeasurement:
+    forward_bps: float  # client -> server, as received by the server
+    reverse_bps: float | None  # server -> client (--bidir); None when the run was one-way
+    retransmits: int | None
+    streams: int | None
+    version: str | None
+    error: str | None = None  # iperf3 ran and reported a failure (top-level "error")
+
+
+def parse(stdout: str) -> IperfMeasurement:
+    text = stdout.strip()
+    if not text:
+        raise ParseError("empty output (iperf3 not installed, or killed before it printed)")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"not iperf3 JSON ({exc.msg} at char {exc.pos}); truncated?") from None
+    if not isinstance(doc, dict):
+        raise ParseError("iperf3 JSON is not an object")
+    start = doc.get("start") if isinstance(doc.get("start"), dict) else {}
+    version = start.get("version") if isinstance(start, dict) else None
+    if doc.get("error"):
+        return IperfMeasurement(0.0, None, None, None, version, str(doc["error"]))
+    end = doc.get("end")
+    if not isinstance(end, dict):
+        raise ParseError("no `end` block: the test did not finish")
+    fwd = _bps(end, "sum_received")
+    if fwd is None:
+        raise ParseError("no end.sum_received.bits_per_second (UDP run, or wrong tool?)")
+    rev = _bps(end, "sum_received_bidir_reverse")
+    sent = end.get("sum_sent") if isinstance(end.get("sum_sent"), dict) else {}
+    retr = sent.get("retransmits") if isinstance(sent, dict) else None
+    test = start.get("test_start", {}) if isinstance(start, dict) else {}
+    streams = test.get("num_streams") if isinstance(test, dict) else None
+    return IperfMeasurement(fwd, rev, int(retr) if isinstance(retr, (int, float)) else None, streams, version, None)
+
+
+def _bps(end: dict[str, Any], key: str) -> float | None:
+    block = end.get(key)
+    if not isinstance(block, dict):
+        return None
+    value = block.get("bits_per_second")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < float("inf"):
+        raise ParseError(f"end.{key}.bits_per_second is {value!r}, not a non-negative number")
+    return float(value)
+
+
+def pair_label(a: str, b: str) -> str:
+    return f"{a}<->{b}"
+
+
+def evaluate(a: str, b: str, m: IperfMeasurement, expected_gbps: float | None, source: str | None) -> CheckResult:
+    """One result per pair, judged on the slower direction (a link is as good as its worst side)."""
+    target = (pair_label(a, b),)
+    if m.error is not None:
+        return CheckResult(NAME, Level.ERROR, target, None, _expected(expected_gbps, source), f"iperf3: {m.error}")
+    observed: dict[str, Any] = {f"{a}->{b}_gbps": round(m.forward_bps / 1e9, 3)}
+    if m.reverse_bps is not None:
+        observed[f"{b}->{a}_gbps"] = round(m.reverse_bps / 1e9, 3)
+    if m.retransmits is not None:
+        observed["retransmits"] = m.retransmits
+    worst = min(x for x in (m.forward_bps, m.reverse_bps) if x is not None) / 1e9
+    if expected_gbps is None:
+        return CheckResult(
+            NAME,
+            Level.INFO,
+            target,
+            observed,
+            None,
+            f"{worst:.3g} Gbit/s; no expected link speed (set expect.link_gbps or a profile) so not judged",
+        )
+    frac = figure("iperf_min_fraction").value
+    floor = frac * expected_gbps
+    expected = _expected(expected_gbps, source)
+    if worst < floor:
+        return CheckResult(
+            NAME,
+            Level.ERROR,
+            target,
+            observed,
+            expected,
+            f"{worst:.3g} Gbit/s is below {floor:.3g} ({frac:g} x {expected_gbps:g} Gbit/s)",
+        )
+    return CheckResult(NAME, Level.PASS, target, observed, expected, f"{worst:.3g} Gbit/s >= {floor:.3g}")
+
+
+def _expected(gbps: float | None, source: str | None) -> str | None:
+    if gbps is None:
+        return None
+    frac = figure("iperf_min_fraction").value
+    return f">= {frac * gbps:.3g} Gbit/s ({frac:g} x {gbps:g}; {source or 'unstated source'})"

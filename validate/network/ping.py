@@ -1,0 +1,109 @@
+"""ping between two nodes: RTT p50/p99 and loss, and the path MTU with Don't Fragment set.
+
+The interval stays at 0.2 s, the smallest a non-root user may ask for, because validation
+often logs in as an ordinary user. `-w` bounds the run whatever the network does.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass
+
+from gpuforge.results import CheckResult, Level
+from validate.checks import ParseError
+from validate.network.iperf import pair_label
+from validate.network.policy import figure
+
+NAME = "network.ping"
+MTU_NAME = "network.path_mtu"
+_MTU_MARK = "--- gpuforge path mtu ---"
+_RTT = re.compile(r"\btime[=<]([0-9.]+) ?ms\b")
+_SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
+_IP_OVERHEAD = 28  # 20-byte IPv4 header + 8-byte ICMP header
+
+
+@dataclass(frozen=True)
+class PingSettings:
+    count: int = 10
+    interval_s: float = 0.2
+
+    def run_bound_s(self) -> float:
+        return self.count * self.interval_s + 3.0
+
+
+def command(target: str, settings: PingSettings, mtu: int | None) -> str:
+    t = shlex.quote(target)
+    deadline = math.ceil(settings.count * settings.interval_s + 2)
+    cmd = f"ping -n -c {settings.count} -i {settings.interval_s:g} -W 1 -w {deadline} {t}"
+    if mtu is not None:
+        # ping exits 1 when the big packet is refused; the marker keeps the two outputs apart.
+        cmd += f"; echo '{_MTU_MARK}'; ping -n -M do -s {mtu - _IP_OVERHEAD} -c 2 -W 1 -w 3 {t}"
+    return cmd
+
+
+@dataclass(frozen=True)
+class PingMeasurement:
+    sent: int
+    received: int
+    rtts_ms: tuple[float, ...]
+    mtu_ok: bool | None  # None: not tested
+
+    @property
+    def loss_percent(self) -> float:
+        return 100.0 * (self.sent - self.received) / self.sent if self.sent else 100.0
+
+
+def percentile(values: tuple[float, ...], q: float) -> float:
+    """Nearest-rank percentile: always one of the measured values."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def parse(stdout: str) -> PingMeasurement:
+    main, _, mtu_part = stdout.partition(_MTU_MARK)
+    summary = _SUMMARY.search(main)
+    if summary is None:
+        raise ParseError("no 'packets transmitted' summary line (ping missing or killed?)")
+    sent, received = int(summary.group(1)), int(summary.group(2))
+    rtts = tuple(float(x) for x in _RTT.findall(main))
+    if received > sent or len(rtts) < min(received, 1):
+        raise ParseError(f"inconsistent ping output: {sent} sent, {received} received, {len(rtts)} RTT lines")
+    mtu_ok: bool | None = None
+    if _MTU_MARK in stdout:
+        m = _SUMMARY.search(mtu_part)
+        mtu_ok = bool(m and int(m.group(2)) > 0)
+    return PingMeasurement(sent, received, rtts, mtu_ok)
+
+
+def evaluate(a: str, b: str, m: PingMeasurement, p99_limit_ms: float | None, mtu: int | None) -> list[CheckResult]:
+    target = (pair_label(a, b),)
+    out: list[CheckResult] = []
+    if m.received == 0:
+        out.append(CheckResult(NAME, Level.ERROR, target, {"loss_percent": 100.0}, None, f"{a} got no reply from {b}"))
+    else:
+        p50, p99 = percentile(m.rtts_ms, 50), percentile(m.rtts_ms, 99)
+        observed = {"p50_ms": p50, "p99_ms": p99, "loss_percent": round(m.loss_percent, 1), "samples": len(m.rtts_ms)}
+        warn_loss = figure("ping_loss_warn_percent").value
+        if p99_limit_ms is not None and p99 > p99_limit_ms:
+            out.append(
+                CheckResult(NAME, Level.ERROR, target, observed, f"p99 <= {p99_limit_ms:g} ms", "p99 RTT too high")
+            )
+        elif m.loss_percent > warn_loss:
+            out.append(CheckResult(NAME, Level.WARNING, target, observed, "no loss", f"{m.loss_percent:.0f}% loss"))
+        else:
+            level = Level.PASS if p99_limit_ms is not None else Level.INFO
+            exp = f"p99 <= {p99_limit_ms:g} ms" if p99_limit_ms is not None else None
+            out.append(CheckResult(NAME, level, target, observed, exp, f"p50 {p50:g} ms, p99 {p99:g} ms"))
+    if mtu is not None:
+        if m.mtu_ok is None:
+            out.append(CheckResult(MTU_NAME, Level.UNKNOWN, target, None, mtu, "path MTU probe did not run"))
+        elif m.mtu_ok:
+            out.append(CheckResult(MTU_NAME, Level.PASS, target, mtu, mtu, f"{mtu}-byte packets pass unfragmented"))
+        else:
+            out.append(
+                CheckResult(MTU_NAME, Level.ERROR, target, f"< {mtu}", mtu, f"{mtu}-byte packets with DF do not pass")
+            )
+    return out
