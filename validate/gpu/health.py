@@ -1,0 +1,167 @@
+"""GPU health from `nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE`.
+
+ECC counters (SRAM/DRAM split on A100+, single/double bit on V100/T4), row remapping (A100+)
+or retired pages (V100/T4), and the active clock throttle reasons. Limits are Azure NHC's
+(thresholds.yaml `ecc`, `throttle`). A counter the driver does not report is unknown, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from gpuforge.results import CheckResult, Level
+from validate.checks import Expectations, NodeCheck
+from validate.gpu.smi_q import SmiBlock, as_int, as_yes, parse_smi_q
+from validate.thresholds import policy
+
+_THROTTLE_SECTIONS = (("Clocks Event Reasons",), ("Clocks Throttle Reasons",))
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    bus_id: str
+    ecc_mode: str | None
+    sram_uncorrectable: int | None
+    sram_correctable: int | None
+    dram_max: int | None  # the largest DRAM count, corrected or not, volatile or aggregate
+    double_bit: int | None  # pre-Ampere drivers: volatile+aggregate double-bit totals
+    retired_pages: int | None
+    retired_pending: bool | None
+    remap_pending: bool | None
+    remap_failure: bool | None
+    throttle_active: tuple[str, ...] | None  # None: not reported
+
+
+def _counts(block: SmiBlock, keys: tuple[str, ...]) -> list[int]:
+    values = [as_int(block.get("ECC Errors", scope, key)) for scope in ("Volatile", "Aggregate") for key in keys]
+    return [v for v in values if v is not None]
+
+
+def _health(block: SmiBlock) -> GpuHealth:
+    sram_unc = _counts(block, ("SRAM Uncorrectable",))
+    sram_cor = _counts(block, ("SRAM Correctable",))
+    dram = _counts(block, ("DRAM Correctable", "DRAM Uncorrectable"))
+    dbe = [
+        v
+        for scope in ("Volatile", "Aggregate")
+        if (v := as_int(block.get("ECC Errors", scope, "Double Bit", "Total"))) is not None
+    ]
+    retired = [
+        v
+        for key in ("Single Bit ECC", "Double Bit ECC")
+        if (v := as_int(block.get("Retired Pages", key))) is not None
+    ]
+    throttle: tuple[str, ...] | None = None
+    for path in _THROTTLE_SECTIONS:
+        section = block.get(*path)
+        if isinstance(section, dict):
+            throttle = tuple(sorted(_active(section)))
+            break
+    return GpuHealth(
+        bus_id=block.bus_id,
+        ecc_mode=_str(block.first(("ECC Mode", "Current"))),
+        sram_uncorrectable=max(sram_unc) if sram_unc else None,
+        sram_correctable=max(sram_cor) if sram_cor else None,
+        dram_max=max(dram) if dram else None,
+        double_bit=max(dbe) if dbe else None,
+        retired_pages=sum(retired) if retired else None,
+        retired_pending=as_yes(block.first(("Retired Pages", "Pending Page Blacklist"), ("Retired Pages", "Pending"))),
+        remap_pending=as_yes(block.get("Remapped Rows", "Pending")),
+        remap_failure=as_yes(block.get("Remapped Rows", "Remapping Failure Occurred")),
+        throttle_active=throttle,
+    )
+
+
+def _active(section: dict[str, Any]) -> list[str]:
+    """Active reasons, including nested ones (HW Slowdown > HW Thermal Slowdown)."""
+    out = []
+    for key, value in section.items():
+        if isinstance(value, dict):
+            out.extend(_active(value))
+        elif as_yes(value):
+            out.append(key)
+    return out
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None or isinstance(value, dict) else str(value)
+
+
+class GpuHealthCheck(NodeCheck[list[GpuHealth]]):
+    name: ClassVar[str] = "gpu.health"
+    tier: ClassVar[int] = 0
+    timeout_s: ClassVar[float] = 30.0
+
+    def command(self) -> str:
+        return "nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE"
+
+    def parse(self, stdout: str) -> list[GpuHealth]:
+        return [_health(b) for b in parse_smi_q(stdout)]
+
+    def evaluate(self, node: str, measurement: list[GpuHealth], expect: Expectations) -> list[CheckResult]:
+        t = (node,)
+        limits = policy(expect, "ecc")
+        return [
+            _ecc(t, measurement, limits),
+            _memory_retirement(t, measurement, limits),
+            _throttle(t, measurement, policy(expect, "throttle_benign")),
+        ]
+
+
+def _ecc(t: tuple[str, ...], gpus: list[GpuHealth], limits: dict[str, Any]) -> CheckResult:
+    bad: dict[str, str] = {}
+    silent = []
+    for g in gpus:
+        counters = (g.sram_uncorrectable, g.sram_correctable, g.dram_max, g.double_bit)
+        if all(c is None for c in counters):
+            silent.append(g.bus_id)
+            continue
+        if g.sram_uncorrectable is not None and g.sram_uncorrectable > limits["sram_uncorrectable_max"]:
+            bad[g.bus_id] = f"SRAM uncorrectable {g.sram_uncorrectable}"
+        elif g.sram_correctable is not None and g.sram_correctable > limits["sram_correctable_max"]:
+            bad[g.bus_id] = f"SRAM correctable {g.sram_correctable} > {limits['sram_correctable_max']}"
+        elif g.dram_max is not None and g.dram_max > limits["dram_max"]:
+            bad[g.bus_id] = f"DRAM ECC count {g.dram_max} > {limits['dram_max']}"
+        elif g.double_bit is not None and g.double_bit > 0:
+            bad[g.bus_id] = f"double-bit ECC errors {g.double_bit}"
+    if bad:
+        return CheckResult("gpu.ecc", Level.ERROR, t, bad, limits, "; ".join(f"{k}: {v}" for k, v in bad.items()))
+    if silent:
+        modes = sorted({str(g.ecc_mode) for g in gpus if g.bus_id in silent})
+        return CheckResult("gpu.ecc", Level.UNKNOWN, t, silent, limits, f"no ECC counters reported (ECC mode {modes})")
+    return CheckResult("gpu.ecc", Level.PASS, t, 0, limits, f"ECC counters within limits on {len(gpus)} GPU(s)")
+
+
+def _memory_retirement(t: tuple[str, ...], gpus: list[GpuHealth], limits: dict[str, Any]) -> CheckResult:
+    """Row remapping (A100+) or page retirement (V100/T4): whichever the GPU reports."""
+    bad: dict[str, str] = {}
+    silent = []
+    for g in gpus:
+        if g.remap_pending is None and g.remap_failure is None and g.retired_pages is None:
+            silent.append(g.bus_id)
+        elif g.remap_failure and limits["remap_failure_fails"]:
+            bad[g.bus_id] = "row remapping failure occurred (RMA)"
+        elif g.remap_pending and limits["remap_pending_fails"]:
+            bad[g.bus_id] = "row remap pending (needs a GPU reset)"
+        elif g.retired_pages is not None and g.retired_pages >= limits["retired_pages_max"] and g.retired_pending:
+            bad[g.bus_id] = f"{g.retired_pages} retired pages with a retirement pending"
+    if bad:
+        return CheckResult("gpu.remap", Level.ERROR, t, bad, None, "; ".join(f"{k}: {v}" for k, v in bad.items()))
+    if silent:
+        msg = "neither remapped rows nor retired pages reported"
+        return CheckResult("gpu.remap", Level.UNKNOWN, t, silent, None, msg)
+    return CheckResult("gpu.remap", Level.PASS, t, None, None, "no pending or failed row remaps / page retirements")
+
+
+def _throttle(t: tuple[str, ...], gpus: list[GpuHealth], benign: list[str]) -> CheckResult:
+    silent = [g.bus_id for g in gpus if g.throttle_active is None]
+    if silent:
+        return CheckResult("gpu.throttle", Level.UNKNOWN, t, silent, None, "clock throttle reasons not reported")
+    benign_l = {b.lower() for b in benign}
+    odd = {g.bus_id: [r for r in g.throttle_active or () if r.lower() not in benign_l] for g in gpus}
+    odd = {k: v for k, v in odd.items() if v}
+    if odd:
+        msg = "clocks held back by " + "; ".join(f"{k}: {', '.join(v)}" for k, v in odd.items())
+        return CheckResult("gpu.throttle", Level.WARNING, t, odd, benign, msg)
+    return CheckResult("gpu.throttle", Level.PASS, t, None, benign, "no throttle reason beyond idle / SW power cap")

@@ -1,0 +1,83 @@
+"""Xid scan: NVIDIA driver error events in the kernel log of the current boot.
+
+The command prints a `source=` marker first and an `end` marker last, so "no Xid lines" is
+only a pass when the log was actually readable and the output is complete; an unreadable log
+(dmesg_restrict, no journal access) is `unknown`, never a pass (validation-anchors.md §7.3).
+Current boot only: a reboot resets the GPUs, and Azure NHC also scans a recent window (§2.1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from gpuforge.results import CheckResult, Level
+from validate.checks import Expectations, NodeCheck, ParseError
+from validate.thresholds import policy
+
+MARK = "# gpuforge xid-scan"
+_SOURCE = re.compile(rf"^{MARK} source=(?P<src>journalctl|dmesg|none)$")
+_XID = re.compile(r"NVRM: Xid \((?P<pci>PCI:[0-9A-Fa-f:.]+)\): (?P<code>\d+)(?:, (?P<rest>.*))?$")
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    pci: str
+    code: int
+    line: str
+
+
+@dataclass(frozen=True)
+class XidScan:
+    source: str  # journalctl | dmesg | none
+    events: tuple[XidEvent, ...]
+
+
+class XidScanCheck(NodeCheck[XidScan]):
+    name: ClassVar[str] = "gpu.xid"
+    tier: ClassVar[int] = 0
+    timeout_s: ClassVar[float] = 30.0
+
+    def command(self) -> str:
+        # readable = at least one kernel line of this boot comes back (a silent permission
+        # failure would otherwise look like a clean log)
+        return (
+            "if [ -n \"$(journalctl -k -b --no-pager -q -n 1 2>/dev/null)\" ]; then "
+            f"echo '{MARK} source=journalctl'; journalctl -k -b --no-pager -q | grep -F 'NVRM: Xid' || true; "
+            "elif [ -n \"$(dmesg 2>/dev/null | head -n 1)\" ]; then "
+            f"echo '{MARK} source=dmesg'; dmesg | grep -F 'NVRM: Xid' || true; "
+            f"else echo '{MARK} source=none'; fi; echo '{MARK} end'"
+        )
+
+    def parse(self, stdout: str) -> XidScan:
+        lines = [ln.rstrip() for ln in stdout.splitlines() if ln.strip()]
+        if not lines or not (m := _SOURCE.match(lines[0])):
+            raise ParseError("missing the xid-scan source marker")
+        if lines[-1] != f"{MARK} end":
+            raise ParseError("output ends before the xid-scan end marker (truncated or timed out)")
+        events = []
+        for line in lines[1:-1]:
+            x = _XID.search(line)
+            if x is None:
+                raise ParseError(f"unexpected line in Xid scan: {line[:80]!r}")
+            events.append(XidEvent(x["pci"], int(x["code"]), line.strip()))
+        return XidScan(m["src"], tuple(events))
+
+    def evaluate(self, node: str, measurement: XidScan, expect: Expectations) -> list[CheckResult]:
+        t = (node,)
+        if measurement.source == "none":
+            return [CheckResult(self.name, Level.UNKNOWN, t, None, None, "kernel log not readable (journal or dmesg)")]
+        fatal_codes = set(policy(expect, "xid_fatal"))
+        fatal = [e for e in measurement.events if e.code in fatal_codes]
+        other = [e for e in measurement.events if e.code not in fatal_codes]
+        observed = [{"pci": e.pci, "xid": e.code} for e in measurement.events]
+        if fatal:
+            where = sorted({(e.code, e.pci) for e in fatal})
+            msg = "fatal Xid " + ", ".join(f"{c} on {p}" for c, p in where) + f": {fatal[0].line[:160]}"
+            return [CheckResult(self.name, Level.ERROR, t, observed, sorted(fatal_codes), msg)]
+        if other:
+            seen = sorted({e.code for e in other})
+            return [CheckResult(self.name, Level.WARNING, t, observed, None, f"non-fatal Xid(s) {seen} this boot")]
+        msg = f"no Xid in this boot's kernel log ({measurement.source})"
+        return [CheckResult(self.name, Level.PASS, t, [], None, msg)]
