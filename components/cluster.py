@@ -121,7 +121,7 @@ def _inventory(cfg: StackConfig, nodes: GpuNodes, az: pulumi.Output[str]) -> pul
         pulumi.Output.all(
             n.instance.id, n.instance.private_ip, n.public_ip if n.public_ip is not None else "", az
         ).apply(
-            lambda v, name=n.name: {
+            lambda v, name=n.name: {  # type: ignore[misc]
                 "name": name,
                 "host": v[2] or v[1],
                 "instance_id": v[0],

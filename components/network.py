@@ -150,7 +150,7 @@ class GpuNetwork(pulumi.ComponentResource):
         )
 
 
-def _require_az(subnet: aws.ec2.AwaitableGetSubnetResult, az_id: str) -> str:
+def _require_az(subnet: aws.ec2.GetSubnetResult, az_id: str) -> str:
     if subnet.availability_zone_id != az_id:
         raise pulumi.RunError(
             f"gpuforge:subnetId {subnet.id} is in {subnet.availability_zone_id}, not gpuforge:azId {az_id}; "

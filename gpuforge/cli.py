@@ -9,6 +9,7 @@ with no traceback unless `--debug` is given.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from typing import Any
 

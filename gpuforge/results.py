@@ -134,11 +134,11 @@ def fold_targets(targets: Sequence[str]) -> str:
     pairs = [t for t in targets if "<->" in t]
     text = ""
     if plain:
-        try:
-            from ClusterShell.NodeSet import NodeSet
+        from ClusterShell.NodeSet import NodeSet, NodeSetException
 
+        try:
             text = str(NodeSet.fromlist(plain))
-        except Exception:  # NodeSet rejects some names (e.g. with spaces); show them as they are
+        except NodeSetException:  # NodeSet rejects some names (e.g. with spaces); show them as they are
             text = ",".join(plain)
     return ", ".join([t for t in (text, *pairs) if t])
 

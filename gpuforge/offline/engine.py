@@ -157,6 +157,10 @@ def _program_context(project_dir: Path) -> Iterator[None]:
         os.environ.update(saved_env)
 
 
+def _run_main(main: Path) -> None:
+    runpy.run_path(str(main), run_name="__main__")
+
+
 def run_program(
     project_dir: Path,
     project: str,
@@ -176,9 +180,7 @@ def run_program(
     main = project_dir / "__main__.py"
     try:
         with _program_context(project_dir):
-            run_isolated(
-                lambda: _sync_await(run_in_stack(lambda: runpy.run_path(str(main), run_name="__main__")))
-            )
+            run_isolated(lambda: _sync_await(run_in_stack(lambda: _run_main(main))))
     finally:
         pulumi.runtime.set_all_config({}, [])
     return OfflineRun(project, stack, list(monitor.registered), dict(monitor.stack_outputs), list(monitor.duplicates))

@@ -91,7 +91,8 @@ class OfflineMocks(pulumi.runtime.Mocks):
             state.setdefault("arn", arn_base.format(svc=typ.split(":")[1].split("/")[0]) + f":{name}")
         return rid, state
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:  # type: ignore[override]
+        # The SDK accepts a plain dict (no check failures) as well as the tuple its stub declares.
         token = args.token
         if token == "aws:ec2/getAmi:getAmi":
             return {"id": MOCK_AMI, "imageId": MOCK_AMI, "name": "offline-lookup"}

@@ -1,0 +1,1 @@
+"""Pulumi components and the data they read (catalog, profiles, config schema)."""

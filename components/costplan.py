@@ -1,0 +1,197 @@
+"""What a stack costs under each purchase option, and the seeds' hybrid scenario.
+
+Pure arithmetic over catalog data (prices in offerings.csv, storage prices, commitment factors
+in catalog/commitments.yaml); no Pulumi. Compute is priced per option; storage (EBS) costs the
+same under every option because EBS is neither sold as spot nor reservable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.catalog import CATALOG_DIR
+from components.config import StackConfig
+from components.cost import HOURS_30_DAYS, HOURS_PER_MONTH
+
+OPTIONS = ("on_demand", "spot", "1y", "3y")
+OPTION_LABELS = {"on_demand": "on-demand", "spot": "spot", "1y": "1y commit", "3y": "3y commit"}
+TRAINING_RECIPES = frozenset({"training", "hpc"})
+
+
+@dataclass(frozen=True)
+class Commitment:
+    key: str
+    label: str
+    discount: float
+    source: str
+
+
+@dataclass(frozen=True)
+class PurchaseData:
+    commitments: dict[str, Commitment]
+    hybrid_training: str
+    hybrid_inference: str
+    hybrid_claimed_saving: float
+    hybrid_source: str
+
+
+@cache
+def load_purchase_data(path: Path | None = None) -> PurchaseData:
+    doc = yaml.safe_load((path or CATALOG_DIR / "commitments.yaml").read_text())
+    commitments = {
+        key: Commitment(key, c["label"], float(c["discount"]), " ".join(str(c["source"]).split()))
+        for key, c in doc["commitments"].items()
+    }
+    hy = doc["hybrid"]
+    return PurchaseData(
+        commitments=commitments,
+        hybrid_training=hy["training"],
+        hybrid_inference=hy["inference"],
+        hybrid_claimed_saving=float(hy["claimed_saving"]),
+        hybrid_source=" ".join(str(hy["source"]).split()),
+    )
+
+
+@dataclass(frozen=True)
+class StackCost:
+    """One stack's cost: per node and in total, per hour, for each purchase option."""
+
+    stack: str
+    profile: str
+    instance_type: str
+    region: str
+    node_count: int
+    gpus_per_node: int
+    role: str  # training | inference (from the profile's bootstrap recipe)
+    compute_per_node: dict[str, float | None]  # option -> USD per node-hour; None: no price known
+    storage_per_node: float  # USD per node-hour, the same for every option
+
+    def per_node_hourly(self, option: str) -> float | None:
+        compute = self.compute_per_node[option]
+        return None if compute is None else compute + self.storage_per_node
+
+    def hourly(self, option: str) -> float | None:
+        per_node = self.per_node_hourly(option)
+        return None if per_node is None else per_node * self.node_count
+
+    def thirty_days(self, option: str) -> float | None:
+        hourly = self.hourly(option)
+        return None if hourly is None else hourly * HOURS_30_DAYS
+
+    def per_gpu_hour(self, option: str) -> float | None:
+        per_node = self.per_node_hourly(option)
+        return None if per_node is None else per_node / self.gpus_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "profile": self.profile,
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "nodes": self.node_count,
+            "gpus": self.node_count * self.gpus_per_node,
+            "role": self.role,
+            "storage_usd_per_node_hour": _r(self.storage_per_node),
+            "options": {
+                option: {
+                    "compute_usd_per_node_hour": _r(self.compute_per_node[option]),
+                    "usd_per_node_hour": _r(self.per_node_hourly(option)),
+                    "usd_per_hour": _r(self.hourly(option)),
+                    "usd_per_30_days": _r(self.thirty_days(option), 2),
+                    "usd_per_gpu_hour": _r(self.per_gpu_hour(option)),
+                }
+                for option in OPTIONS
+            },
+        }
+
+
+def stack_cost(cfg: StackConfig, node_count: int | None = None, data: PurchaseData | None = None) -> StackCost:
+    """Cost of `cfg` at its node count (or `node_count`, e.g. an autoscaling maximum)."""
+    data = data or load_purchase_data()
+    from components.catalog import load_catalog
+
+    offering = cfg.instance.offering(cfg.region)
+    od = offering.on_demand_usd_per_hour if offering else None
+    compute: dict[str, float | None] = {"on_demand": od, "spot": offering.spot_usd_per_hour if offering else None}
+    for key in ("1y", "3y"):
+        compute[key] = None if od is None else od * (1 - data.commitments[key].discount)
+    prices = load_catalog().storage.usd_per_gb_month
+    storage_gb_month = cfg.root_volume_gib * prices["gp3"]
+    dv = cfg.profile.storage.data_volume
+    if dv is not None:
+        storage_gb_month += dv.size_gib * prices[dv.type]
+    return StackCost(
+        stack=cfg.stack,
+        profile=cfg.profile.name,
+        instance_type=cfg.instance.name,
+        region=cfg.region,
+        node_count=node_count if node_count is not None else cfg.node_count,
+        gpus_per_node=cfg.instance.gpu_count,
+        role="training" if cfg.profile.bootstrap.recipe in TRAINING_RECIPES else "inference",
+        compute_per_node=compute,
+        storage_per_node=storage_gb_month / HOURS_PER_MONTH,
+    )
+
+
+@dataclass(frozen=True)
+class Hybrid:
+    """The seeds' hybrid deployment over a set of stacks: training on spot, inference reserved."""
+
+    choices: tuple[tuple[str, str], ...]  # (stack, option)
+    on_demand_hourly: float | None
+    hybrid_hourly: float | None
+    claimed_saving: float
+    source: str
+
+    @property
+    def saving(self) -> float | None:
+        if self.on_demand_hourly is None or self.hybrid_hourly is None or self.on_demand_hourly == 0:
+            return None
+        return 1 - self.hybrid_hourly / self.on_demand_hourly
+
+    def to_dict(self) -> dict[str, Any]:
+        saving = self.saving
+        return {
+            "choices": {stack: option for stack, option in self.choices},
+            "on_demand_usd_per_hour": _r(self.on_demand_hourly),
+            "hybrid_usd_per_hour": _r(self.hybrid_hourly),
+            "on_demand_usd_per_30_days": _r(_times(self.on_demand_hourly, HOURS_30_DAYS), 2),
+            "hybrid_usd_per_30_days": _r(_times(self.hybrid_hourly, HOURS_30_DAYS), 2),
+            "saving": _r(saving),
+            "seed_claim": f"more than {self.claimed_saving:.0%} saved",
+            "meets_seed_claim": None if saving is None else saving > self.claimed_saving,
+            "source": self.source,
+        }
+
+
+def hybrid(costs: Sequence[StackCost], data: PurchaseData | None = None) -> Hybrid:
+    data = data or load_purchase_data()
+    choices = tuple(
+        (c.stack, data.hybrid_training if c.role == "training" else data.hybrid_inference) for c in costs
+    )
+    od = _sum(c.hourly("on_demand") for c in costs)
+    hy = _sum(c.hourly(option) for c, (_, option) in zip(costs, choices, strict=True))
+    return Hybrid(choices, od, hy, data.hybrid_claimed_saving, data.hybrid_source)
+
+
+def _sum(values: Any) -> float | None:
+    total = 0.0
+    for value in values:
+        if value is None:
+            return None  # one unknown price makes the total unknown, never silently smaller
+        total += value
+    return total
+
+
+def _times(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _r(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)

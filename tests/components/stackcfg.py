@@ -1,0 +1,23 @@
+"""Stack config dicts for tests: a valid base, with overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def base_config(**over: object) -> dict:
+    cfg: dict = {
+        "aws:region": "us-east-1",
+        "gpuforge:profile": "cv-training",
+        "gpuforge:azId": "use1-az4",
+        "gpuforge:sshCidrs": ["10.0.0.0/8"],
+    }
+    for key, value in over.items():
+        full = key if ":" in key else f"gpuforge:{key}"
+        if value is None:
+            cfg.pop(full, None)
+        else:
+            cfg[full] = value
+    return cfg

@@ -1,0 +1,77 @@
+"""Bad stack config: exit 2, one clear `error:` line naming the key and the fix, no traceback,
+and no resource declared (validation runs before the program)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gpuforge.cli import main
+from tests.components.stackcfg import base_config
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+CASES = [
+    ("unknown profile", base_config(profile="cv-trainng"), "gpuforge:profile", "did you mean 'cv-training'"),
+    ("unknown key", {**base_config(), "gpuforge:nodeCuont": 2}, "gpuforge:nodeCuont", "did you mean 'nodeCount'"),
+    ("zero nodes", base_config(nodeCount=0), "gpuforge:nodeCount", "1 to 256"),
+    ("too many nodes", base_config(nodeCount=1000), "gpuforge:nodeCount", "1 to 256"),
+    ("not a number", base_config(nodeCount="four"), "gpuforge:nodeCount", "integer"),
+    ("type not in region", base_config(instanceType="p5e.48xlarge"), "gpuforge:instanceType", "not offered in us-east-1"),
+    ("type not in AZ", base_config(azId="use1-az5"), "gpuforge:azId", "use1-az4, use1-az6"),
+    ("unknown type", base_config(instanceType="p4de.24xlarg"), "gpuforge:instanceType", "did you mean 'p4de.24xlarge'"),
+    ("AZ ID of another region", base_config(azId="usw2-az1"), "gpuforge:azId", "not an AZ ID of us-east-1"),
+    ("AZ name not ID", base_config(azId="us-east-1a"), "gpuforge:azId", "AZ IDs, not AZ names"),
+    ("no S3 Express in AZ", base_config(instanceType="p4d.24xlarge", azId="use1-az1"), "gpuforge:azId", "S3 Express"),
+    ("malformed CIDR", base_config(sshCidrs=["10.0.0.300/8"]), "gpuforge:sshCidrs", "not a valid CIDR"),
+    ("host bits set", base_config(sshCidrs=["10.0.0.1/8"]), "gpuforge:sshCidrs", "not a valid CIDR"),
+    ("public SSH", base_config(sshCidrs=["0.0.0.0/0"]), "gpuforge:sshCidrs", "allowPublicSsh: true"),
+    ("region missing", base_config(**{"aws:region": None}), "aws:region", "not set"),
+    ("unknown region", base_config(**{"aws:region": "us-east-9"}), "aws:region", "did you mean 'us-east-1'"),
+    ("half an existing network", base_config(vpcId="vpc-0abc12345"), "gpuforge:subnetId", "both vpcId and subnetId"),
+    ("bad os", base_config(os="centos-7"), "gpuforge:os", "ubuntu-22.04"),
+]
+
+
+@pytest.mark.parametrize(("case", "config", "key", "fix"), CASES, ids=[c[0] for c in CASES])
+def test_bad_config_exits_2_naming_the_key(case, config, key, fix, project, capsys):
+    proj = project("t", config)
+    code, out, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj)], capsys)
+    assert code == 2, (case, out, err)
+    assert err.startswith(f"error: {key}:"), err
+    assert fix in err, err
+    assert "Traceback" not in err and out == ""
+
+
+def test_public_ssh_allowed_explicitly_previews(project, capsys):
+    proj = project("t", base_config(sshCidrs=["0.0.0.0/0"], allowPublicSsh=True))
+    code, out, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj), "--format", "json"], capsys)
+    assert code == 0, err
+    assert '"cidrIpv4": "0.0.0.0/0"' in out
+
+
+def test_missing_stack_file_names_known_stacks(project, capsys):
+    proj = project("cv-training", base_config())
+    code, _, err = run_cli(["preview", "--stack", "cv-trainin", "--project-dir", str(proj)], capsys)
+    assert code == 2
+    assert "stacks/Pulumi.cv-trainin.yaml not found" in err and "cv-training" in err
+
+
+def test_broken_yaml_is_bad_input(project, capsys):
+    proj = project("t", raw="config:\n  gpuforge:profile: [unclosed\n")
+    code, _, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj)], capsys)
+    assert code == 2 and err.startswith("error:") and "YAML" in err
+
+
+def test_pulumi_yaml_declares_every_config_key():
+    from components.config import CONFIG_KEYS
+    from tests.components.stackcfg import ROOT
+
+    declared = set(yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"])
+    assert declared == set(CONFIG_KEYS)

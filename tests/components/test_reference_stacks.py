@@ -1,0 +1,188 @@
+"""Whole-program tests: each committed stack, run offline, checked as policies on the graph."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from components.catalog import load_catalog
+from components.profiles import load_profile
+
+STACKS = ["cv-training", "nlp-inference", "risk-sim"]
+CATALOG = load_catalog()
+
+
+@pytest.fixture(params=STACKS)
+def result(request, preview_of):
+    return preview_of(request.param)
+
+
+def test_every_az_scoped_resource_is_in_the_stacks_az_id(result):
+    run, az_id = result.run, result.config.az_id
+    subnets = run.of_type("aws:ec2/subnet:Subnet")
+    assert [s.inputs["availabilityZoneId"] for s in subnets] == [az_id]
+    express = run.of_type("aws:s3/directoryBucket:DirectoryBucket")
+    assert len(express) == 1
+    assert express[0].inputs["location"] == {"name": az_id, "type": "AvailabilityZone"}
+    assert express[0].inputs["bucket"].endswith(f"--{az_id}--x-s3")
+    # Volumes take the AZ name from the subnet (EBS has no AZ-ID input), so compare with the
+    # subnet's recorded AZ, which the engine derived from the same AZ ID.
+    az_name = run.outputs["availabilityZone"]
+    for vol in run.of_type("aws:ebs/volume:Volume"):
+        assert vol.inputs["availabilityZone"] == az_name
+    assert {n["az_id"] for n in run.outputs["inventory"]["nodes"]} == {az_id}
+
+
+def test_one_cluster_placement_group_that_every_node_joins(result):
+    run = result.run
+    groups = run.of_type("aws:ec2/placementGroup:PlacementGroup")
+    assert len(groups) == 1 and groups[0].inputs["strategy"] == "cluster"
+    name = groups[0].inputs["name"] if "name" in groups[0].inputs else groups[0].name
+    (lt,) = run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    assert lt.inputs["placement"]["groupName"] == name
+    instances = run.of_type("aws:ec2/instance:Instance")
+    assert len(instances) == result.config.node_count
+    assert all(i.inputs["placementGroup"] == name for i in instances)
+
+
+def test_efa_interfaces_match_the_catalog(result):
+    it = CATALOG.instance(result.config.instance.name)
+    (lt,) = result.run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    nics = lt.inputs["networkInterfaces"]
+    assert len(nics) == max(it.efa_interfaces, 1)
+    assert [n.get("interfaceType") for n in nics] == ["efa"] * it.efa_interfaces or not it.efa
+    assert sorted(n["networkCardIndex"] for n in nics) == list(range(len(nics)))
+    assert [n["deviceIndex"] for n in nics] == [0] + [1] * (len(nics) - 1)
+
+
+def test_security_group_rules(result):
+    run = result.run
+    (sg,) = run.of_type("aws:ec2/securityGroup:SecurityGroup")
+    assert "ingress" not in sg.inputs and "egress" not in sg.inputs  # rules are separate resources
+    ingress = run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+    egress = run.of_type("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+    self_in = [r for r in ingress if r.inputs.get("referencedSecurityGroupId")]
+    self_out = [r for r in egress if r.inputs.get("referencedSecurityGroupId")]
+    assert [r.inputs["ipProtocol"] for r in self_in] == ["-1"]
+    assert [r.inputs["ipProtocol"] for r in self_out] == ["-1"]
+    ssh = [r for r in ingress if r.inputs.get("fromPort") == 22]
+    assert sorted(r.inputs["cidrIpv4"] for r in ssh) == sorted(result.config.ssh_cidrs)
+    for rule in ingress:
+        assert rule.inputs.get("cidrIpv4") != "0.0.0.0/0" and rule.inputs.get("cidrIpv6") != "::/0"
+    # Nothing but the group itself and HTTP(S) may leave the cluster.
+    open_out = [r for r in egress if r.inputs.get("cidrIpv4") == "0.0.0.0/0"]
+    assert sorted(r.inputs["fromPort"] for r in open_out) == [80, 443]
+
+
+def test_imdsv2_and_encrypted_disks(result):
+    (lt,) = result.run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    assert lt.inputs["metadataOptions"]["httpTokens"] == "required"
+    (root,) = lt.inputs["blockDeviceMappings"]
+    assert root["ebs"]["encrypted"] == "true" and root["ebs"]["volumeType"] == "gp3"
+    for vol in result.run.of_type("aws:ebs/volume:Volume"):
+        assert vol.inputs["encrypted"] is True
+
+
+def test_buckets_private_encrypted_tls_only_versioned(result):
+    run = result.run
+    (bucket,) = run.of_type("aws:s3/bucket:Bucket")
+    (pab,) = run.of_type("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+    assert all(pab.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
+                                                "restrictPublicBuckets"))
+    sse = run.of_type("aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    assert len(sse) == 2  # checkpoints and directory bucket
+    (versioning,) = run.of_type("aws:s3/bucketVersioning:BucketVersioning")
+    assert versioning.inputs["versioningConfiguration"]["status"] == "Enabled"
+    (policy,) = run.of_type("aws:s3/bucketPolicy:BucketPolicy")
+    doc = json.loads(policy.inputs["policy"])
+    (stmt,) = doc["Statement"]
+    assert stmt["Effect"] == "Deny" and stmt["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert bucket.inputs["bucket"] in stmt["Resource"][0]
+
+
+def test_iam_is_scoped_to_this_clusters_buckets(result):
+    run = result.run
+    (attach,) = run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert attach.inputs["policyArn"].endswith("AmazonSSMManagedInstanceCore")
+    (inline,) = run.of_type("aws:iam/rolePolicy:RolePolicy")
+    doc = json.loads(inline.inputs["policy"])
+    resources = [r for s in doc["Statement"] for r in s["Resource"]]
+    assert all("*" not in r.replace("/*", "") for r in resources), resources
+    bucket = run.outputs["checkpointBucket"]
+    assert any(bucket in r for r in resources)
+
+
+def test_tags_on_taggable_resources(result):
+    expected = {"project": "gpuforge", "stack": result.config.stack, "profile": result.config.profile.name}
+    tagged = [r for r in result.run.resources if r.custom and "tags" in r.inputs]
+    assert len(tagged) >= 10
+    for r in tagged:
+        assert expected.items() <= r.inputs["tags"].items(), r.name
+
+
+def test_user_data_is_real_and_per_node(result):
+    for inst in result.run.of_type("aws:ec2/instance:Instance"):
+        data = base64.b64decode(inst.inputs["userDataBase64"])
+        if data[:2] == b"\x1f\x8b":
+            import gzip
+
+            data = gzip.decompress(data)
+        assert inst.name.encode() in data
+
+
+def test_exports(result):
+    out = result.run.outputs
+    inv = out["inventory"]
+    assert inv["profile"] == result.config.profile.name
+    assert inv["ssh"]["user"] == "ubuntu"
+    names = [n["name"] for n in inv["nodes"]]
+    assert names == sorted(names) and len(names) == result.config.node_count
+    for node in inv["nodes"]:
+        assert {"name", "host", "instance_id", "private_ip", "public_ip", "instance_type", "az_id"} <= node.keys()
+        assert node["instance_type"] == result.config.instance.name
+    assert out["placementGroup"] and out["directoryBucket"] and out["checkpointBucket"]
+    assert result.run.duplicates == []
+
+
+def test_every_child_is_parented_under_the_cluster(result):
+    run = result.run
+    (cluster,) = run.of_type("gpuforge:aws:GpuCluster")
+    by_urn = run.by_urn()
+    for r in run.resources:
+        if r.type.startswith("aws:"):
+            chain, cur = [], r
+            while cur.parent in by_urn:
+                cur = by_urn[cur.parent]
+                chain.append(cur.urn)
+            assert cluster.urn in chain, r.name
+
+
+def test_seed_shapes():
+    cv, nlp, risk = (load_profile(n) for n in STACKS)
+    assert (cv.shape.instance_type, cv.shape.node_count) == ("p4de.24xlarge", 1)
+    assert (nlp.shape.instance_type, nlp.shape.node_count) == ("g4dn.8xlarge", 2)
+    assert (risk.shape.instance_type, risk.shape.node_count) == ("p3dn.24xlarge", 2)
+
+
+def test_cv_training_done_when(preview_of):
+    """The issue's acceptance line: p4de in a cluster PG, 4 EFA, directory bucket same AZ ID."""
+    doc = preview_of("cv-training").to_dict()
+    assert doc["engine"] == "offline" and doc["stack"] == "cv-training"
+    lt = next(r for r in doc["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")
+    assert lt["inputs"]["instanceType"] == "p4de.24xlarge"
+    assert [n["interfaceType"] for n in lt["inputs"]["networkInterfaces"]] == ["efa"] * 4
+    bucket = next(r for r in doc["resources"] if r["type"] == "aws:s3/directoryBucket:DirectoryBucket")
+    assert bucket["inputs"]["location"]["name"] == "use1-az4"
+    assert doc["cost"]["hourly"]["on_demand"] == pytest.approx(27.44705 + 200 * 0.08 / 730, abs=1e-3)
+
+
+def test_risk_sim_has_an_st1_volume_per_node(preview_of):
+    run = preview_of("risk-sim").run
+    vols = run.of_type("aws:ebs/volume:Volume")
+    assert [(v.inputs["type"], v.inputs["size"]) for v in vols] == [("st1", 4096)] * 2
+    attaches = run.of_type("aws:ec2/volumeAttachment:VolumeAttachment")
+    assert len(attaches) == 2 and {a.inputs["deviceName"] for a in attaches} == {"/dev/sdf"}
+    for other in ("cv-training", "nlp-inference"):
+        assert preview_of(other).run.of_type("aws:ebs/volume:Volume") == []
