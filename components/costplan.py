@@ -7,7 +7,7 @@ same under every option because EBS is neither sold as spot nor reservable.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -172,15 +172,13 @@ class Hybrid:
 
 def hybrid(costs: Sequence[StackCost], data: PurchaseData | None = None) -> Hybrid:
     data = data or load_purchase_data()
-    choices = tuple(
-        (c.stack, data.hybrid_training if c.role == "training" else data.hybrid_inference) for c in costs
-    )
-    od = _sum(c.hourly("on_demand") for c in costs)
-    hy = _sum(c.hourly(option) for c, (_, option) in zip(costs, choices, strict=True))
+    choices = tuple((c.stack, data.hybrid_training if c.role == "training" else data.hybrid_inference) for c in costs)
+    od = sum_or_none(c.hourly("on_demand") for c in costs)
+    hy = sum_or_none(c.hourly(option) for c, (_, option) in zip(costs, choices, strict=True))
     return Hybrid(choices, od, hy, data.hybrid_claimed_saving, data.hybrid_source)
 
 
-def _sum(values: Any) -> float | None:
+def sum_or_none(values: Iterable[float | None]) -> float | None:
     total = 0.0
     for value in values:
         if value is None:

@@ -1,0 +1,115 @@
+"""`gpuforge cost`: hourly and 30-day cost of stacks under each purchase option, from the catalog."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from components.config import parse_stack_config
+from components.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
+from gpuforge.stackfile import load_stack_config
+
+
+@click.command("cost")
+@click.option("--stack", "-s", "stacks", multiple=True, required=True, help="Stack name; repeat for several.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory holding Pulumi.yaml.",
+)
+def command(stacks: tuple[str, ...], fmt: str, project_dir: Path) -> None:
+    """Cost of one or more stacks: on-demand, spot, 1- and 3-year commitments.
+
+    Compute and storage, per node and in total, per hour and per 30 days, and per GPU-hour;
+    then the seeds' hybrid deployment over the stacks given (training on spot, inference on a
+    1-year commitment) with its saving against all on-demand.
+
+    \b
+    Examples:
+      gpuforge cost --stack cv-training
+      gpuforge cost -s cv-training -s nlp-inference -s risk-sim --format json | jq .hybrid
+    """
+    project_dir = project_dir.resolve()
+    costs = []
+    for stack in dict.fromkeys(stacks):  # keep order, drop repeats
+        raw, _ = load_stack_config(project_dir, stack)
+        costs.append(stack_cost(parse_stack_config(raw, stack)))
+    mix = hybrid(costs)
+    if fmt == "json":
+        click.echo(json.dumps(report(costs, mix), indent=2))
+    else:
+        _print_table(costs, mix)
+
+
+def report(costs: list[StackCost], mix: Hybrid) -> dict[str, object]:
+    data = load_purchase_data()
+    totals = {
+        option: {
+            "usd_per_hour": sum_or_none(c.hourly(option) for c in costs),
+            "usd_per_30_days": sum_or_none(c.thirty_days(option) for c in costs),
+        }
+        for option in OPTIONS
+    }
+    return {
+        "currency": "USD",
+        "stacks": [c.to_dict() for c in costs],
+        "total": {o: {k: None if v is None else round(v, 4) for k, v in t.items()} for o, t in totals.items()},
+        "hybrid": mix.to_dict(),
+        "assumptions": {key: {"discount": c.discount, "source": c.source} for key, c in data.commitments.items()},
+        "notes": NOTES,
+    }
+
+
+NOTES = [
+    "on-demand and spot prices: catalog snapshot (components/catalog/meta.yaml); spot moves hourly",
+    "1- and 3-year figures apply the seed's 40%-60% commitment range to the on-demand price (seed assumption, not an AWS quote)",
+    "storage (EBS root and data volumes) costs the same under every option; S3 is billed by usage, not estimated",
+    "30 days = 720 hours",
+]
+
+
+def _print_table(costs: list[StackCost], mix: Hybrid) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for c in costs:
+        table = Table(
+            caption="USD; node-h = per node-hour, GPU-h = per GPU-hour (storage included)",
+            title=f"{c.stack}: {c.node_count}× {c.instance_type} in {c.region} ({c.node_count * c.gpus_per_node} GPUs, {c.role})",
+        )
+        for col in ("option", "compute/node-h", "storage/node-h", "node-h", "total/h", "total/30 d", "GPU-h"):
+            table.add_column(col, justify="left" if col == "option" else "right")
+        for option in OPTIONS:
+            table.add_row(
+                OPTION_LABELS[option],
+                _money(c.compute_per_node[option], 4),
+                _money(c.storage_per_node, 4),
+                _money(c.per_node_hourly(option), 4),
+                _money(c.hourly(option)),
+                _money(c.thirty_days(option)),
+                _money(c.per_gpu_hour(option), 4),
+            )
+        console.print(table)
+    d = mix.to_dict()
+    saving = mix.saving
+    console.print(
+        "[bold]hybrid[/] (training on spot, inference on a 1-year commitment): "
+        + ", ".join(f"{s} -> {OPTION_LABELS[o]}" for s, o in mix.choices)
+    )
+    console.print(
+        f"  on-demand {_money(mix.on_demand_hourly)} $/h ({_money(d['on_demand_usd_per_30_days'])} $/30 d), "
+        f"hybrid {_money(mix.hybrid_hourly)} $/h ({_money(d['hybrid_usd_per_30_days'])} $/30 d), "
+        f"saving {'n/a' if saving is None else f'{saving:.1%}'} (seed claims more than {mix.claimed_saving:.0%})"
+    )
+    for note in NOTES:
+        console.print(f"[dim]- {note}[/]")
+
+
+def _money(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
