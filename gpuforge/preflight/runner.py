@@ -1,0 +1,185 @@
+"""Run every preflight check for a stack, rank its AZ IDs, and (with pin_az) pin the choice.
+
+The configured AZ may be the very thing that is wrong, so it is not allowed to stop the run:
+when `parse_stack_config` rejects only the AZ, everything else is validated with a stand-in AZ
+and the configured one competes in the ranking like every other AZ ID.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from components.catalog import Catalog, load_catalog
+from components.config import PROJECT, StackConfig, parse_stack_config
+from gpuforge.errors import ConfigError
+from gpuforge.preflight import account, capacity, compute, quota, resources, storage
+from gpuforge.preflight.aws import Aws
+from gpuforge.preflight.context import Context, Evidence
+from gpuforge.preflight.outcome import result
+from gpuforge.preflight.ranking import AzRank, rank
+from gpuforge.results import CheckResult, Level, Report
+from gpuforge.stackfile import load_stack_config, set_config_value
+
+AZ_KEY = f"{PROJECT}:azId"
+CHECK_CHOICE = "az.choice"
+CHECK_PIN = "az.pin"
+
+
+def resolve(raw: dict[str, str], stack: str, catalog: Catalog) -> tuple[StackConfig, dict[str, str]]:
+    """The validated config, and for each AZ ID the catalog/config rejects, the reason.
+
+    Raises ConfigError for every problem that is not the AZ (those are bad input: exit 2).
+    """
+    region = raw.get("aws:region", "")
+    rejected: dict[str, str] = {}
+    cfg: StackConfig | None = None
+    configured = raw.get(AZ_KEY, "")
+    first_error: ConfigError | None = None
+    # The configured AZ first, so its own error is the one shown when no stand-in exists.
+    candidates = [configured, *(catalog.region(region).az_ids if region in catalog.regions else ())]
+    for az in dict.fromkeys(candidates):
+        try:
+            parsed = parse_stack_config({**raw, AZ_KEY: az}, stack, catalog)
+        except ConfigError as exc:
+            if exc.key != AZ_KEY:
+                raise
+            first_error = first_error or exc
+            rejected[az] = exc.message.removeprefix(f"{AZ_KEY}: ")
+            continue
+        cfg = cfg or parsed
+    if cfg is None:
+        assert first_error is not None  # no candidate parsed, so at least one raised
+        raise first_error
+    return cfg, rejected
+
+
+def run_preflight(
+    project_dir: Path,
+    stack: str,
+    *,
+    pin_az: bool = False,
+    probe_capacity: bool = False,
+    aws_factory: Callable[[str], Aws] = Aws,
+) -> Report:
+    raw, secrets = load_stack_config(project_dir, stack)
+    catalog = load_catalog()
+    cfg, rejected = resolve(raw, stack, catalog)
+    configured = raw.get(AZ_KEY, "")
+    ctx = Context(
+        stack=stack, cfg=cfg, configured_az=configured, catalog=catalog, aws=aws_factory(cfg.region),
+        evidence=Evidence(az_ids=catalog.region(cfg.region).az_ids), secrets=tuple(secrets),
+        probe_capacity=probe_capacity,
+    )
+    report = Report(kind="preflight")
+    report.add(account.credentials(ctx))
+    report.add(compute.zones(ctx))
+    report.add(compute.offerings(ctx))
+    report.add(compute.instance_facts(ctx))
+    report.add(quota.run(ctx))
+    report.add(capacity.reservations(ctx))
+    report.add(storage.availability(ctx))
+    ami_results, image_id = resources.ami(ctx)
+    report.add(ami_results)
+    report.add(resources.network(ctx))
+    report.add(resources.key_pair(ctx))
+    report.add(resources.ngc_parameter(ctx))
+
+    ranking = _rank(ctx, rejected)
+    if probe_capacity:
+        report.add(capacity.probe(ctx, [r.az_id for r in ranking if r.fits is not False]))
+        ranking = _rank(ctx, rejected)
+    chosen = ranking[0] if ranking and ranking[0].fits is not False else None
+
+    if chosen is not None:
+        report.add(account.launch_permission(ctx, chosen.az_id, image_id))
+        report.add(storage.existing_bucket(ctx, chosen.az_id))
+    pinned = False
+    if pin_az:
+        pin = _pin(project_dir, stack, configured, chosen)
+        pinned = pin.level is Level.PASS and chosen is not None and chosen.az_id != configured
+        report.add(pin)
+    report.add(_choice(ctx, configured, chosen, ranking, rejected, pinned))
+    report.context = {
+        "stack": stack,
+        "region": cfg.region,
+        "instance_type": cfg.instance.name,
+        "node_count": cfg.node_count,
+        "vcpus_needed": ctx.vcpus_needed,
+        "az": {
+            "configured": configured,
+            "chosen": chosen.az_id if chosen else None,
+            "pinned": pinned,
+            "why": _why(chosen, configured) if chosen else "no AZ ID fits",
+            "ranking": [r.to_dict() for r in ranking],
+        },
+        "secret_keys": list(secrets),
+    }
+    return report
+
+
+def _rank(ctx: Context, rejected: dict[str, str]) -> list[AzRank]:
+    ranking = rank(ctx.evidence, ctx.configured_az, ctx.cfg.node_count)
+    # An AZ the catalog rejects would fail `gpuforge preview` and the program's own config check.
+    out = []
+    for r in ranking:
+        if r.az_id in rejected and r.fits is not False:
+            out.append(replace(r, fits=False, blockers=(*r.blockers, f"catalog: {rejected[r.az_id]}")))
+        else:
+            out.append(r)
+    order = {True: 0, None: 1, False: 2}
+    return sorted(out, key=lambda r: order[r.fits])  # stable: keeps rank()'s order within a class
+
+
+def _why(chosen: AzRank, configured: str) -> str:
+    parts = ["offered", "S3 Express One Zone", "quota"] if chosen.fits else []
+    text = f"{chosen.az_id}: " + ("has " + ", ".join(parts) if parts else "nothing rules it out")
+    if chosen.unknowns:
+        text += f" (unconfirmed: {', '.join(chosen.unknowns)})"
+    if chosen.reserved:
+        text += f"; {chosen.reserved} reserved instances"
+    if chosen.az_id == configured:
+        text += "; the configured AZ"
+    return text
+
+
+def _choice(
+    ctx: Context, configured: str, chosen: AzRank | None, ranking: list[AzRank], rejected: dict[str, str], pinned: bool
+) -> CheckResult:
+    observed = chosen.az_id if chosen else None
+    mine = next((r for r in ranking if r.az_id == configured), None)
+    if mine is None:
+        why_not = rejected.get(configured, f"{configured!r} is not an available AZ ID of {ctx.region}")
+    else:
+        why_not = "; ".join(mine.blockers) or ", ".join(mine.unknowns)
+    if chosen is None:
+        return result(CHECK_CHOICE, Level.ERROR, None, configured,
+                      f"no AZ ID of {ctx.region} fits {ctx.cfg.node_count} × {ctx.instance.name} with S3 Express: "
+                      + "; ".join(f"{r.az_id}: {', '.join(r.blockers)}" for r in ranking))
+    why = _why(chosen, configured)
+    if chosen.az_id == configured or pinned:
+        level = Level.PASS if chosen.fits else Level.WARNING
+        done = f"pinned {chosen.az_id} (was {configured})" if pinned else f"keep {configured}"
+        return result(CHECK_CHOICE, level, observed, chosen.az_id, f"{done}: {why}", targets=(chosen.az_id,))
+    if mine is not None and mine.fits is True:
+        return result(CHECK_CHOICE, Level.WARNING, observed, configured,
+                      f"{configured} fits, but {chosen.az_id} ranks higher ({why}); `--pin-az` to move",
+                      targets=(chosen.az_id,))
+    level = Level.ERROR if chosen.fits else Level.WARNING
+    return result(CHECK_CHOICE, level, observed, configured,
+                  f"configured {configured} does not fit ({why_not}); use {why}; run "
+                  f"`gpuforge preflight --stack {ctx.stack} --pin-az` to pin it (storage moves with it)",
+                  targets=(chosen.az_id,))
+
+
+def _pin(project_dir: Path, stack: str, configured: str, chosen: AzRank | None) -> CheckResult:
+    if chosen is None or chosen.fits is not True:
+        why = "no AZ ID fits" if chosen is None else f"{chosen.az_id} is unconfirmed ({', '.join(chosen.unknowns)})"
+        return result(CHECK_PIN, Level.ERROR, configured, None, f"not pinned: {why}")
+    if chosen.az_id == configured:
+        return result(CHECK_PIN, Level.PASS, configured, chosen.az_id, f"{configured} is already pinned")
+    path = set_config_value(project_dir, stack, AZ_KEY, chosen.az_id)
+    return result(CHECK_PIN, Level.PASS, chosen.az_id, chosen.az_id,
+                  f"wrote {AZ_KEY}: {chosen.az_id} to {path.name} (was {configured}); compute, volumes and the "
+                  "directory bucket follow it", targets=(chosen.az_id,))
