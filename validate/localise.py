@@ -3,7 +3,8 @@
 A pair is *low* when it is below the acceptance floor (a fraction of the expected link speed)
 or, relative to its peers, below `outlier_ratio` x the median AND more than `outlier_mad_z`
 scaled MADs under it. Then:
-- every pair low and the median itself under the floor: the whole fabric is slow;
+- most nodes look slow, or the pairs no slow node explains are under the floor too: the whole
+  fabric is slow;
 - a node all of whose (>= 2) pairs are low: that node is slow (how maintainers read a node
   fault, nccl-tests#106);
 - a low pair not explained by a slow node: that link is slow;
@@ -90,12 +91,6 @@ def classify(pairs: Sequence[PairValue], expected_gbps: float | None) -> Verdict
         return (floor is not None and v < floor) or relatively_low(v)
 
     verdict = Verdict("healthy", median_gbps=med, mad_gbps=mad, floor_gbps=floor)
-    if floor is not None and med < floor:
-        # Everything is slow: name relative outliers too, but the headline is the fabric.
-        verdict.kind = "fabric"
-        verdict.low_pairs = [(p.a, p.b) for p in pairs if relatively_low(p.worst)]
-        verdict.message = f"median pair {med:.3g} Gbit/s is below the floor {floor:.3g}: the whole fabric is slow"
-        return verdict
     verdict.low_pairs = [(p.a, p.b) for p in pairs if low(p.worst)]
     if not verdict.low_pairs:
         verdict.message = f"all {len(pairs)} pairs healthy (median {med:.3g} Gbit/s)"
@@ -105,7 +100,17 @@ def classify(pairs: Sequence[PairValue], expected_gbps: float | None) -> Verdict
         for n in (p.a, p.b):
             by_node.setdefault(n, []).append(low(p.worst))
     all_low = {n for n, flags in by_node.items() if all(flags)}
-    verdict.slow_nodes = sorted(n for n in all_low if len(by_node[n]) >= 2)
+    candidates = sorted(n for n in all_low if len(by_node[n]) >= 2)
+    unexplained = [p for p in pairs if p.a not in all_low and p.b not in all_low]
+    rest_median = statistics.median(p.worst for p in unexplained) if unexplained else None
+    if len(candidates) > len(by_node) / 2 or (floor is not None and rest_median is not None and rest_median < floor):
+        # Most nodes look slow, or what no slow node explains is slow too: the fabric, not a node.
+        verdict.kind = "fabric"
+        verdict.message = f"median pair {med:.3g} Gbit/s; most pairs are low: the whole fabric is slow"
+        if floor is not None:
+            verdict.message += f" (floor {floor:.3g})"
+        return verdict
+    verdict.slow_nodes = candidates
     verdict.suspects = sorted(n for n in all_low if len(by_node[n]) < 2)
     slow = set(verdict.slow_nodes)
     verdict.slow_links = [(a, b) for a, b in verdict.low_pairs if a not in slow and b not in slow]

@@ -133,7 +133,9 @@ class Runner:
         self._connect()
         for tier in sorted({c.tier for c in self.checks}):
             self._tier(tier, [c for c in self.checks if c.tier == tier])
-        verdict, mat, rounds = None, {}, []
+        verdict: localise.Verdict | None = None
+        mat: dict[str, dict[str, float | None]] = {}
+        rounds: list[list[tuple[str, str]]] = []
         if self.opt.network:
             verdict, mat, rounds = self._network()
         self.report.context.update(
@@ -297,9 +299,9 @@ class Runner:
         return values
 
     def _expected_mtu(self) -> int | None:
-        found = {e.extra.get("mtu") for e in self.expect.values()} - {None}
-        return int(min(found)) if found else None
+        found = [int(e.extra["mtu"]) for e in self.expect.values() if e.extra.get("mtu") is not None]
+        return min(found) if found else None
 
     def _p99_limit(self) -> float | None:
-        found = {e.extra.get("ping_p99_ms") for e in self.expect.values()} - {None}
-        return float(min(found)) if found else None
+        found = [float(e.extra["ping_p99_ms"]) for e in self.expect.values() if e.extra.get("ping_p99_ms") is not None]
+        return min(found) if found else None

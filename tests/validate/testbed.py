@@ -1,0 +1,201 @@
+"""Real test hosts for the validate tests: network namespaces on a bridge, each with its own sshd.
+
+After research/netns-testbed-sketch.sh (testbed-feasibility.md): a namespace per host with a
+veth into a private bridge, an sshd (key-only, its own host key and pid file) started under
+`unshare --uts --mount` so `hostname` answers the node's name and a clean /root is mounted (no
+dotfiles slowing each session). tests/validate/replay, when it exists, is bind-mounted over
+/usr/local/bin (first on sshd's PATH) so GPU tools there replay captured output.
+
+Safety: all names carry a per-process prefix (gf<pid>) so parallel runs never collide; the
+subnet has a blackhole route so its traffic cannot leave via the default route; namespaces
+have no default route. `down()` removes everything it created, also after a failed `up()`.
+Every subprocess call has a timeout and every wait loop a bounded count.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPLAY_DIR = Path(__file__).resolve().parent / "replay"
+TOOLS = ("ip", "tc", "sshd", "ssh-keygen", "iperf3", "ping", "ss", "unshare", "timeout")
+
+
+def missing_requirements() -> str | None:
+    """Why the test bed cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces); CI runs these as root"
+    absent = [t for t in TOOLS if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
+    if absent:
+        return f"missing tools: {', '.join(absent)} (scripts/setup.sh --with-test-hosts installs them)"
+    return None
+
+
+def _sh(*args: str, check: bool = True, timeout: float = 15) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class Host:
+    index: int
+    name: str
+    ip: str
+    ns: str
+    dir: Path
+    sshd_pid: int | None = None
+
+
+@dataclass
+class Testbed:
+    n: int
+    prefix: str = field(default_factory=lambda: f"gf{os.getpid()}")
+    hosts: list[Host] = field(default_factory=list)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gf-testbed-")))
+    stopped: set[int] = field(default_factory=set)
+    _created: list[tuple[str, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        pid = os.getpid()
+        # 10.<150-249>.<0-255>.0/24 from the pid: distinct for concurrent runs on one machine
+        self.net = f"10.{150 + (pid >> 8) % 100}.{pid % 256}"
+        self.bridge = f"{self.prefix}br"[:15]
+        self.key = self.root / "id_ed25519"
+        self.known_hosts = self.root / "known_hosts"
+
+    # -- lifecycle
+
+    def up(self) -> Testbed:
+        try:
+            self._up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _up(self) -> None:
+        taken = _sh("ip", "-o", "addr").stdout
+        if f" {self.net}." in taken:
+            raise RuntimeError(f"subnet {self.net}.0/24 already in use here")
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd privsep dir; left in place, others may use it
+        _sh("ip", "link", "add", self.bridge, "type", "bridge")
+        self._created.append(("ip", "link", "del", self.bridge))
+        _sh("ip", "link", "set", self.bridge, "up")
+        _sh("ip", "addr", "add", f"{self.net}.254/24", "dev", self.bridge)
+        _sh("ip", "route", "add", "blackhole", f"{self.net}.0/24", "metric", "4242")
+        self._created.append(("ip", "route", "del", "blackhole", f"{self.net}.0/24", "metric", "4242"))
+        _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key))
+        (self.root / "authorized_keys").write_text(Path(f"{self.key}.pub").read_text())
+        (self.root / "home").mkdir()
+        kh = []
+        for i in range(1, self.n + 1):
+            host = self._add_host(i)
+            pub = Path(f"{host.dir}/ssh_host_ed25519_key.pub").read_text().split()
+            kh.append(f"{host.ip} {pub[0]} {pub[1]}\n")
+            self.hosts.append(host)
+        self.known_hosts.write_text("".join(kh))
+        for host in self.hosts:
+            self._wait_listening(host)
+
+    def _add_host(self, i: int) -> Host:
+        ns, veth = f"{self.prefix}-h{i}", f"{self.prefix}v{i}"[:15]
+        host = Host(i, f"node{i}", f"{self.net}.{i}", ns, self.root / f"h{i}")
+        host.dir.mkdir()
+        _sh("ip", "netns", "add", ns)
+        self._created.append(("ip", "netns", "del", ns))
+        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _sh("ip", "link", "set", veth, "master", self.bridge, "up")
+        _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        _sh("ip", "-n", ns, "addr", "add", f"{host.ip}/24", "dev", "eth0")
+        _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        key = host.dir / "ssh_host_ed25519_key"
+        _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+        cfg = host.dir / "sshd_config"
+        cfg.write_text(
+            f"ListenAddress {host.ip}:22\nHostKey {key}\nPidFile {host.dir}/sshd.pid\n"
+            f"AuthorizedKeysFile {self.root}/authorized_keys\nPermitRootLogin prohibit-password\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+            "UseDNS no\nMaxStartups 64:30:128\nMaxSessions 32\n"
+        )
+        mounts = f"mount --bind {self.root}/home /root"
+        if REPLAY_DIR.is_dir() and any(p.is_file() for p in REPLAY_DIR.iterdir()):
+            mounts += f" && mount --bind {REPLAY_DIR} /usr/local/bin"
+        script = f"hostname {host.name} && {mounts} && exec /usr/sbin/sshd -f {cfg} -E {host.dir}/sshd.log"
+        _sh("ip", "netns", "exec", ns, "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script)
+        pidfile = host.dir / "sshd.pid"
+        for _ in range(100):  # sshd daemonizes, then writes its pid file
+            if pidfile.is_file() and pidfile.read_text().strip():
+                host.sshd_pid = int(pidfile.read_text())
+                break
+            time.sleep(0.02)
+        else:
+            raise RuntimeError(f"sshd on {host.name} did not start: {(host.dir / 'sshd.log').read_text()[-500:]}")
+        return host
+
+    def _wait_listening(self, host: Host) -> None:
+        for _ in range(100):
+            if _sh("ip", "netns", "exec", host.ns, "ss", "-Hltn", "sport = :22").stdout.strip():
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"sshd on {host.name} is not listening")
+
+    def down(self) -> None:
+        for i in sorted(self.stopped):
+            self._signal(self.hosts[i - 1].sshd_pid, signal.SIGCONT)
+        for host in self.hosts:
+            self._signal(host.sshd_pid, signal.SIGTERM)
+            pids = _sh("ip", "netns", "pids", host.ns, check=False).stdout.split()
+            for p in pids:  # per-connection sshd children and iperf3 servers left in the namespace
+                self._signal(int(p), signal.SIGKILL)
+        for cmd in reversed(self._created):
+            _sh(*cmd, check=False)
+        for host in self.hosts:
+            _sh("ip", "link", "del", f"{self.prefix}v{host.index}"[:15], check=False)  # usually gone with the netns
+        self._created.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @staticmethod
+    def _signal(pid: int | None, sig: signal.Signals) -> None:
+        if pid is None:
+            return
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    # -- faults and shaping
+
+    def shape(self, i: int, mbit: float) -> None:
+        """Limit what host i sends (egress of its eth0) with tbf; netem is absent on this kernel."""
+        h = self.hosts[i - 1]
+        _sh("ip", "netns", "exec", h.ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
+            "rate", f"{mbit:g}mbit", "burst", "32kbit", "latency", "400ms")  # fmt: skip
+
+    def shape_all(self, mbit: float) -> None:
+        for h in self.hosts:
+            self.shape(h.index, mbit)
+
+    def link_down(self, i: int) -> None:
+        h = self.hosts[i - 1]
+        _sh("ip", "neigh", "flush", "to", h.ip, check=False)  # cold ARP: fails fast and the same way every time
+        _sh("ip", "-n", h.ns, "link", "set", "eth0", "down")
+
+    def stop_sshd(self, i: int) -> None:
+        """SIGSTOP the listener: the kernel still completes TCP handshakes, no banner ever comes."""
+        self._signal(self.hosts[i - 1].sshd_pid, signal.SIGSTOP)
+        self.stopped.add(i)
+
+    # -- inventory
+
+    def inventory(self, **extra: object) -> dict[str, object]:
+        doc: dict[str, object] = {
+            "ssh": {"user": "root", "key_file": str(self.key), "known_hosts": str(self.known_hosts)},
+            "nodes": [{"name": h.name, "host": h.ip} for h in self.hosts],
+        }
+        doc.update(extra)
+        return doc
