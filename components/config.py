@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
+from components.kubernetes.settings import KubernetesSettings, kubernetes_settings
 from components.profiles import Profile, UnknownProfileError, load_profile, profile_names
 from gpuforge.errors import ConfigError
 
@@ -51,10 +52,22 @@ class RawStackConfig(BaseModel):
     owner: str | None = None
     costCenter: str | None = None
     ngcApiKeyParameter: str | None = None
+    # Kubernetes layer (components/kubernetes/settings.py validates and resolves these).
+    kubernetes: Literal["none", "eks", "existing"] = "none"
+    kubeconfig: str | None = None  # read only as a Pulumi secret (components/kubernetes/component.py)
+    kubernetesVersion: str = "1.33"
+    eksPublicAccessCidrs: tuple[str, ...] = ()
+    kubernetesTeams: tuple[str, ...] = ("inference", "research")
+    gpuHeadroomPercent: int = Field(default=20, ge=15, le=50)
+    inferenceImage: str | None = None
+    inferenceReplicas: int = Field(default=2, ge=1, le=256)
+    inferencePort: int = Field(default=8000, ge=1, le=65535)
+    inferenceMaxBatchSize: int = Field(default=32, ge=1, le=4096)
+    inferenceMaxBatchDelayMs: int = Field(default=10, ge=0, le=10000)
 
 
 CONFIG_KEYS = tuple(RawStackConfig.model_fields)
-_LIST_KEYS = {"sshCidrs"}
+_LIST_KEYS = {"sshCidrs", "eksPublicAccessCidrs", "kubernetesTeams"}
 
 
 class StackConfig(BaseModel):
@@ -86,6 +99,7 @@ class StackConfig(BaseModel):
     owner: str | None
     cost_center: str | None
     ngc_api_key_parameter: str | None
+    kubernetes: KubernetesSettings | None = None
 
     @property
     def tags(self) -> dict[str, str]:
@@ -229,6 +243,9 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         owner=parsed.owner,
         cost_center=parsed.costCenter,
         ngc_api_key_parameter=parsed.ngcApiKeyParameter,
+        kubernetes=kubernetes_settings(
+            parsed, profile, instance, catalog.gpu(instance), node_count, reg.az_ids
+        ),
     )
 
 
