@@ -1,0 +1,131 @@
+"""Typed, validated settings of the Kubernetes layer, built from the flat stack config keys.
+
+Called by components/config.py's `parse_stack_config`, so a bad value fails before any resource
+is declared, with the same `error:` line under `pulumi up` and `gpuforge preview`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.catalog import GpuModel, InstanceType
+from components.profiles import Profile
+from gpuforge.errors import ConfigError
+
+DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_VERSION = re.compile(r"1\.\d{2}")
+
+
+@cache
+def defaults() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(DEFAULTS_FILE.read_text())
+    return data
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    mode: str  # eks | existing
+    version: str
+    public_access_cidrs: tuple[str, ...]
+    teams: tuple[str, ...]
+    headroom_percent: int
+    inference_image: str
+    inference_replicas: int
+    inference_port: int
+    max_batch_size: int
+    max_batch_delay_ms: int
+    control_plane_az_id: str | None  # EKS needs subnets in two AZs; only control-plane ENIs go here
+
+    @property
+    def inference_namespace(self) -> str:
+        return self.teams[0]
+
+
+def kubernetes_settings(
+    raw: Any, profile: Profile, instance: InstanceType, gpu: GpuModel, node_count: int, region_az_ids: Sequence[str]
+) -> KubernetesSettings | None:
+    """`raw` is the RawStackConfig; None when the stack asks for no Kubernetes."""
+    ns = "gpuforge"
+    if raw.kubernetes == "none":
+        return None
+    if raw.kubernetes == "existing" and not raw.kubeconfig:
+        raise ConfigError(
+            f"{ns}:kubeconfig",
+            "not set, but kubernetes is 'existing'",
+            "run `pulumi config set --secret gpuforge:kubeconfig \"$(cat ~/.kube/config)\"`",
+        )
+    if raw.kubernetes == "eks" and raw.kubeconfig:
+        raise ConfigError(f"{ns}:kubeconfig", "is set, but kubernetes is 'eks' (gpuforge builds the kubeconfig)",
+                          "remove it, or set kubernetes: existing")
+    if raw.kubernetes == "eks" and raw.vpcId:
+        raise ConfigError(
+            f"{ns}:kubernetes",
+            "'eks' needs a second subnet in another AZ for the control plane; gpuforge only adds it to a VPC it creates",
+            "remove vpcId/subnetId, or build the cluster yourself and set kubernetes: existing",
+        )
+
+    version = str(raw.kubernetesVersion)
+    known = defaults()["eks_versions"]
+    if not _VERSION.fullmatch(version) or (raw.kubernetes == "eks" and version not in known):
+        raise ConfigError(f"{ns}:kubernetesVersion", f"{version!r} is not a supported version",
+                          f"use one of {', '.join(known)}")
+
+    for cidr in raw.eksPublicAccessCidrs:
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError as exc:
+            raise ConfigError(f"{ns}:eksPublicAccessCidrs", f"{cidr!r} is not a valid CIDR ({exc})",
+                              "write it like 198.51.100.0/24") from None
+        if net.prefixlen == 0:
+            raise ConfigError(f"{ns}:eksPublicAccessCidrs", f"{cidr} opens the Kubernetes API to the whole internet",
+                              "list your own CIDRs, or leave it empty for a private-only endpoint")
+
+    teams = tuple(raw.kubernetesTeams)
+    if not teams:
+        raise ConfigError(f"{ns}:kubernetesTeams", "is empty", "list at least one team (its namespace runs the service)")
+    for team in teams:
+        if not _DNS_LABEL.fullmatch(team) or team.startswith(("kube-", "nvidia-")):
+            raise ConfigError(f"{ns}:kubernetesTeams", f"{team!r} is not a usable namespace name",
+                              "use lowercase letters, digits and hyphens (DNS label), not kube-*/nvidia-*")
+    if len(set(teams)) != len(teams):
+        raise ConfigError(f"{ns}:kubernetesTeams", "lists a team twice", "list each team once")
+
+    from components.kubernetes.quotas import team_quota  # pure arithmetic, no Pulumi
+    from components.kubernetes.sharing import GPU_RESOURCE, plan_sharing
+
+    sharing = plan_sharing(profile.sharing, gpu)  # raises ConfigError for a bad MIG layout
+    quota = team_quota(instance, node_count, sharing.advertised_per_gpu, raw.gpuHeadroomPercent, len(teams))
+    shares = quota.gpus.get(GPU_RESOURCE, 0)
+    if profile.bootstrap.recipe == "inference" and raw.inferenceReplicas > shares:
+        raise ConfigError(
+            f"{ns}:inferenceReplicas",
+            f"{raw.inferenceReplicas} replicas need {raw.inferenceReplicas} GPU shares, but team {teams[0]!r} gets "
+            f"{shares} ({sharing.advertised_per_gpu.get(GPU_RESOURCE, 0)} per GPU x "
+            f"{instance.gpu_count * node_count} GPUs, less {raw.gpuHeadroomPercent}% headroom, "
+            f"split over {len(teams)} teams)",
+            f"use at most {shares}, fewer teams, or more nodes",
+        )
+
+    others = [a for a in region_az_ids if a != raw.azId]
+    return KubernetesSettings(
+        mode=raw.kubernetes,
+        version=version,
+        public_access_cidrs=tuple(raw.eksPublicAccessCidrs),
+        teams=teams,
+        headroom_percent=raw.gpuHeadroomPercent,
+        inference_image=raw.inferenceImage or profile.bootstrap.container_image,
+        inference_replicas=raw.inferenceReplicas,
+        inference_port=raw.inferencePort,
+        max_batch_size=raw.inferenceMaxBatchSize,
+        max_batch_delay_ms=raw.inferenceMaxBatchDelayMs,
+        control_plane_az_id=others[0] if raw.kubernetes == "eks" and others else None,
+    )
