@@ -21,6 +21,7 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import rpc, settings
+from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
@@ -106,6 +107,24 @@ def _ints(value: Any) -> Any:
     return value
 
 
+@contextmanager
+def _no_source_positions() -> Iterator[None]:
+    """Skip the SDK's per-resource stack capture while running offline.
+
+    The SDK walks and formats the whole Python stack for every resource so that the real engine
+    can point at the source line in its messages; the mock monitor discards it. It is a third
+    of the preview's time at 256 nodes (bench/preview_scale.py), so offline runs skip it.
+    """
+    from pulumi.runtime import resource as sdk_resource
+
+    original = sdk_resource._get_stack_trace
+    sdk_resource._get_stack_trace = lambda: source_pb2.StackTrace()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sdk_resource._get_stack_trace = original  # type: ignore[assignment]
+
+
 def run_isolated(fn: Callable[[], Any]) -> Any:
     """Run `fn` with a private default executor whose worker event loops are closed afterwards.
 
@@ -179,7 +198,7 @@ def run_program(
     pulumi.runtime.set_all_config(dict(config), list(secret_keys))
     main = project_dir / "__main__.py"
     try:
-        with _program_context(project_dir):
+        with _program_context(project_dir), _no_source_positions():
             run_isolated(lambda: _sync_await(run_in_stack(lambda: _run_main(main))))
     finally:
         pulumi.runtime.set_all_config({}, [])
