@@ -21,8 +21,8 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import rpc, settings
-from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
@@ -118,11 +118,11 @@ def _no_source_positions() -> Iterator[None]:
     from pulumi.runtime import resource as sdk_resource
 
     original = sdk_resource._get_stack_trace
-    sdk_resource._get_stack_trace = lambda: source_pb2.StackTrace()  # type: ignore[assignment]
+    sdk_resource._get_stack_trace = source_pb2.StackTrace
     try:
         yield
     finally:
-        sdk_resource._get_stack_trace = original  # type: ignore[assignment]
+        sdk_resource._get_stack_trace = original
 
 
 def run_isolated(fn: Callable[[], Any]) -> Any:
