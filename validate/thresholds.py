@@ -251,4 +251,6 @@ def apply_baseline(expect: Expectations, baseline: dict[str, Any]) -> Expectatio
         # at the NCCL tolerance rather than at the seed's 10-20% loss band
         values["compute_min_fraction"] = values.get("nccl_pass_fraction", policy(expect, "nccl_pass_fraction"))
         sources["compute_min_fraction"] = f"{src}; tolerance = nccl pass_fraction"
+        values["compute_below_level"] = "error"  # below a measured healthy figure is a fault
+        sources["compute_below_level"] = src
     return _to_expectations(values, sources)
