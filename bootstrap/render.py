@@ -1,46 +1,159 @@
-"""Render EC2 user data for a node of a stack.
+"""Render EC2 user data for a node of a stack: a #cloud-config that installs the phase runner,
+its phases and the status helper (write_files) and runs it (runcmd).
 
-Interim implementation (issue 3 replaces it with the phase runner): a short real script that
-logs and writes a marker file, so nodes from `pulumi up` show they booted.
+The components call `render_user_data(cfg, node_name)` once per node and once with None for the
+launch template. Output is deterministic (same input, same bytes), so previews are stable.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
+import json
+import re
+import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
+import jinja2
+import yaml
+
+from bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
+from bootstrap.versions import Versions, load_versions
 from components.config import StackConfig
 
+__all__ = ["EC2_USER_DATA_LIMIT", "BootstrapError", "RenderedBootstrap", "render_user_data"]
+
 EC2_USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2 API limit)
-
-
-class BootstrapError(Exception):
-    pass
+USER_DATA_FILE = "user-data.yaml"
+_HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
 class RenderedBootstrap:
-    user_data: bytes  # what EC2 receives (before base64)
-    files: dict[str, str] = field(default_factory=dict)  # rendered scripts, for inspection
+    user_data: bytes  # what EC2 receives (before base64): the cloud-config, gzipped when it would not fit
+    files: dict[str, str] = field(default_factory=dict)  # path on the node (or user-data.yaml) -> text
+    plan: NodePlan | None = None
 
     @property
     def user_data_base64(self) -> str:
         return base64.b64encode(self.user_data).decode()
 
+    @property
+    def compressed(self) -> bool:
+        return self.user_data[:2] == b"\x1f\x8b"
 
-def render_user_data(cfg: StackConfig, node_name: str | None) -> RenderedBootstrap:
-    """User data for `node_name` (None: a generic node of the launch template)."""
-    name = node_name or "gpuforge-node"
-    script = (
-        "#!/bin/bash\n"
-        "set -euo pipefail\n"
-        "exec >>/var/log/gpuforge-bootstrap.log 2>&1\n"
-        f'echo "gpuforge: node {name} of stack {cfg.stack} (profile {cfg.profile.name}) booted at $(date -Is)"\n'
-        "mkdir -p /var/lib/gpuforge\n"
-        f"echo '{{\"node\": \"{name}\", \"stack\": \"{cfg.stack}\", \"state\": \"booted\"}}' "
-        "> /var/lib/gpuforge/status.json\n"
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("bootstrap", "templates"),
+        undefined=jinja2.StrictUndefined,  # a missing variable is an error, not ""
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # shell and YAML, not HTML
+        # bash's ${#array[@]} would open a jinja comment with the default "{#".
+        comment_start_string="{##",
+        comment_end_string="##}",
     )
-    data = script.encode()
+    env.filters["shq"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+def render_user_data(
+    cfg: StackConfig,
+    node_name: str | None,
+    *,
+    data_volume_id: str | None = None,
+    checkpoint_command: str | None = None,
+    versions: Versions | None = None,
+) -> RenderedBootstrap:
+    """User data for `node_name` (None: the generic node of a launch template, named by its
+    Name tag at boot). `data_volume_id` pins which EBS volume is the data volume (default: the
+    only non-root EBS volume). `checkpoint_command` turns on the spot interruption watcher."""
+    if node_name is not None and not _HOSTNAME.fullmatch(node_name):
+        raise BootstrapError(f"node name {node_name!r} is not a valid hostname", "use lowercase letters, digits, '-'")
+    v = versions or load_versions()
+    plan = plan_node(cfg, node_name, v, data_volume_id=data_volume_id, checkpoint_command=checkpoint_command)
+    files = _render_files(plan, v)
+    text = _cloud_config(plan, files)
+    raw = text.encode()
+    # Plain text when it fits (readable in the EC2 console); gzip otherwise, which cloud-init
+    # detects and unpacks. mtime=0 keeps the bytes identical across renders.
+    data = raw if len(raw) <= EC2_USER_DATA_LIMIT else gzip.compress(raw, compresslevel=9, mtime=0)
     if len(data) > EC2_USER_DATA_LIMIT:
-        raise BootstrapError(f"user data is {len(data)} bytes; EC2 allows {EC2_USER_DATA_LIMIT}")
-    return RenderedBootstrap(user_data=data, files={"user-data": script})
+        raise BootstrapError(
+            f"user data for {plan.node_name or 'the launch template'} of stack {cfg.stack} is {len(data)} bytes "
+            f"gzipped ({len(raw)} plain); EC2 allows {EC2_USER_DATA_LIMIT}",
+            "shorten the bootstrap templates or move a phase into the AMI",
+        )
+    return RenderedBootstrap(user_data=data, files={USER_DATA_FILE: text, **files}, plan=plan)
+
+
+def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
+    return {
+        **{k: getattr(plan, k) for k in plan.__dataclass_fields__},
+        "efa": plan.efa,
+        "scratch": plan.nvme_count > 0,
+        "node_label": plan.node_name or "the node named by its Name tag",
+        "nccl_deb": plan.cuda.nccl,
+        "base_packages": BASE_PACKAGES,
+        "ctk_packages": CONTAINER_TOOLKIT_PACKAGES,
+        "v": v,
+    }
+
+
+def _render_files(plan: NodePlan, v: Versions) -> dict[str, str]:
+    env = _env()
+    ctx = _context(plan, v)
+    files = {
+        "opt/gpuforge/lib.sh": env.get_template("lib.sh.j2").render(ctx),
+        "opt/gpuforge/bin/gpuforge-bootstrap": env.get_template("runner.sh.j2").render(ctx),
+        "opt/gpuforge/bin/gpuforge-status": env.get_template("status.py.j2").render(ctx),
+        "etc/gpuforge/expected.json": json.dumps(plan.expected(v), indent=2, sort_keys=True) + "\n",
+        "etc/systemd/system/gpuforge-bootstrap.service": env.get_template("gpuforge-bootstrap.service.j2").render(ctx),
+    }
+    for phase in plan.phases:
+        files[f"opt/gpuforge/phases/{phase.name}.sh"] = env.get_template(f"phases/{phase.name}.sh.j2").render(
+            ctx, phase=phase
+        )
+    if plan.checkpoint_command:
+        files["opt/gpuforge/bin/gpuforge-spot-watcher"] = env.get_template("spot-watcher.j2").render(ctx)
+        files["etc/systemd/system/gpuforge-spot-watcher.service"] = env.get_template(
+            "gpuforge-spot-watcher.service.j2"
+        ).render(ctx)
+    return files
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings as literal blocks, so the user data reads like the scripts it carries."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _cloud_config(plan: NodePlan, files: dict[str, str]) -> str:
+    def mode(path: str) -> str:
+        return "0755" if "/bin/" in path or path.endswith(".sh") and "/phases/" in path else "0644"
+
+    doc = {
+        # The bootstrap sets the hostname itself (from the inventory name or the Name tag).
+        "preserve_hostname": True,
+        "write_files": [
+            {"path": f"/{path}", "owner": "root:root", "permissions": mode(path), "content": text}
+            for path, text in files.items()
+        ],
+        "runcmd": [["/opt/gpuforge/bin/gpuforge-bootstrap"]],
+    }
+    header = (
+        "#cloud-config\n"
+        f"# gpuforge bootstrap: stack {plan.stack}, profile {plan.profile}, "
+        f"node {plan.node_name or '(launch template: name from the Name tag)'}.\n"
+        "# Rendered by bootstrap/render.py from bootstrap/templates and bootstrap/versions.yaml; do not edit.\n"
+    )
+    body: str = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
+    return header + body

@@ -1,0 +1,185 @@
+"""Which bootstrap phases a node gets, and the facts they check, from the stack config.
+
+Pure: StackConfig + versions manifest -> NodePlan. The renderer turns a plan into files; tests
+assert on plans (fabric manager only on NVSwitch types, st1 mount only with a data volume, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bootstrap.versions import CudaForOs, Versions
+from components.catalog import load_catalog
+from components.config import StackConfig
+from components.profiles import DataVolume
+from gpuforge.errors import GpuforgeError
+
+# Recipes whose jobs talk NCCL across GPUs and nodes; inference serves one GPU per process.
+NCCL_RECIPES = frozenset({"training", "hpc"})
+BASE_PACKAGES = (
+    "ca-certificates", "curl", "gnupg", "chrony", "mdadm", "nvme-cli", "pciutils",
+    "build-essential", "python3",
+)  # fmt: skip
+CONTAINER_TOOLKIT_PACKAGES = (
+    "nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1",
+)  # fmt: skip
+DISTRO = {"ubuntu-22.04": "ubuntu2204", "ubuntu-24.04": "ubuntu2404"}
+
+
+class BootstrapError(GpuforgeError):
+    """The bootstrap cannot be rendered for this stack (too big, unknown GPU, unpinned image)."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    stack: str
+    profile: str
+    node_name: str | None
+    region: str
+    instance_type: str
+    distro: str
+    gpu_count: int
+    gpu_name: str
+    nvswitch: bool
+    efa_interfaces: int  # EFA devices the bootstrap sets up and the self-check expects (0: none)
+    gpudirect_rdma: bool
+    nvme_count: int
+    scratch_mount: str
+    data_volume: DataVolume | None
+    data_volume_id: str | None
+    driver_preinstalled: bool
+    cuda: CudaForOs
+    nccl: bool
+    image: str
+    ngc_parameter: str | None
+    mig_layout: tuple[str, ...]
+    checkpoint_command: str | None
+    phases: tuple[Phase, ...]
+
+    @property
+    def efa(self) -> bool:
+        return self.efa_interfaces > 0
+
+    def expected(self, v: Versions) -> dict[str, Any]:
+        """What the status file promises (etc/gpuforge/expected.json): validate compares against it."""
+        return {
+            "node": self.node_name,
+            "stack": self.stack,
+            "profile": self.profile,
+            "expect": {
+                "instance_type": self.instance_type,
+                "gpu_count": self.gpu_count,
+                "gpu_name": self.gpu_name,
+                "nvswitch": self.nvswitch,
+                "efa_interfaces": self.efa_interfaces,
+                "scratch_mount": self.scratch_mount if self.nvme_count else None,
+                "data_mount": self.data_volume.mount if self.data_volume else None,
+                "mig_layout": list(self.mig_layout),
+                "driver_preinstalled": self.driver_preinstalled,
+            },
+            "versions": {
+                "driver": v.nvidia_driver.version,
+                "fabric_manager": v.nvidia_driver.version if self.nvswitch else None,
+                "cuda": self.cuda.cuda,
+                "nccl": self.cuda.nccl if self.nccl else None,
+                "efa_installer": v.efa_installer.version if self.efa else None,
+                "aws_ofi_nccl": v.aws_ofi_nccl.version if self.efa else None,
+                "nvidia_container_toolkit": v.nvidia_container_toolkit.version,
+                "dcgm": v.dcgm.version,
+                "nccl_tests": v.nccl_tests.version if self.nccl else None,
+                "ngc_image": self.image,
+            },
+        }
+
+
+def plan_node(
+    cfg: StackConfig,
+    node_name: str | None,
+    v: Versions,
+    *,
+    data_volume_id: str | None = None,
+    checkpoint_command: str | None = None,
+) -> NodePlan:
+    inst = cfg.instance
+    profile = cfg.profile
+    gpu_name = v.nvidia_smi_names.get(inst.gpu_model)
+    if gpu_name is None:
+        raise BootstrapError(
+            f"bootstrap/versions.yaml: nvidia_smi_names has no entry for GPU model {inst.gpu_model!r} ({inst.name})",
+            "add the name nvidia-smi prints for it, so the self-check can verify the model",
+        )
+    image = profile.bootstrap.container_image
+    if image not in v.ngc_images:
+        raise BootstrapError(
+            f"profile {profile.name}: bootstrap.container_image {image!r} is not pinned in bootstrap/versions.yaml",
+            f"add it under ngc_images (with source and date) or use one of {', '.join(v.ngc_images)}",
+        )
+    mig = profile.sharing.mig_layout if profile.sharing.mode == "mig" else ()
+    if mig:
+        gpu = load_catalog().gpus[inst.gpu_model]
+        bad = [m for m in mig if m not in gpu.mig_profiles]
+        if not gpu.mig or bad:
+            raise BootstrapError(
+                f"profile {profile.name}: sharing.mig_layout {list(mig)} does not fit {inst.gpu_model} on {inst.name}",
+                f"use MIG profiles of that GPU ({', '.join(gpu.mig_profiles) or 'it has no MIG'})",
+            )
+    if data_volume_id is not None and not data_volume_id.startswith("vol-"):
+        raise BootstrapError(f"data_volume_id {data_volume_id!r} is not an EBS volume id", "pass it like vol-0abc1234")
+    if checkpoint_command is not None and not checkpoint_command.strip():
+        raise BootstrapError("checkpoint_command is empty", "pass the command that saves a checkpoint, or None")
+
+    nccl = profile.bootstrap.recipe in NCCL_RECIPES
+    efa_interfaces = inst.efa_interfaces if nccl else 0
+    dv = profile.storage.data_volume
+    phases = [Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the inventory name")]
+    if inst.nvme_count:
+        phases.append(Phase("scratch", f"{inst.nvme_count} instance-store NVMe disk(s) -> {profile.storage.scratch_mount}"))
+    if dv is not None:
+        phases.append(Phase("data-volume", f"{dv.type} EBS data volume -> {dv.mount} (format only if blank)"))
+    phases.append(Phase("driver", "NVIDIA driver from NVIDIA's CUDA repository, pinned and held; persistence mode"))
+    if inst.nvswitch:
+        phases.append(Phase("fabric-manager", "fabric manager for the NVSwitch board, same version as the driver"))
+    phases.append(Phase("cuda", "CUDA toolkit" + (" and NCCL" if nccl else "") + ", pinned"))
+    if efa_interfaces:
+        phases.append(Phase("efa", "EFA installer, aws-ofi-nccl, and the NCCL environment that forbids TCP fallback"))
+    phases.append(Phase("containers", "docker with nvidia-container-toolkit configured"))
+    phases.append(Phase("ngc", "NGC login (key from SSM at boot, if configured) and image pull"))
+    if mig:
+        phases.append(Phase("mig", f"MIG layout {','.join(mig)}"))
+    phases.append(Phase("tools", "validation tools: iperf3, DCGM" + (", nccl-tests" if nccl else "")))
+    if checkpoint_command:
+        phases.append(Phase("spot-watcher", "spot interruption watcher that runs the checkpoint command"))
+    phases.append(Phase("self-check", "GPU count and model, driver/fabric manager versions, EFA provider"))
+
+    return NodePlan(
+        stack=cfg.stack,
+        profile=profile.name,
+        node_name=node_name,
+        region=cfg.region,
+        instance_type=inst.name,
+        distro=DISTRO[cfg.os],
+        gpu_count=inst.gpu_count,
+        gpu_name=gpu_name,
+        nvswitch=inst.nvswitch,
+        efa_interfaces=efa_interfaces,
+        gpudirect_rdma=inst.gpudirect_rdma,
+        nvme_count=inst.nvme_count,
+        scratch_mount=profile.storage.scratch_mount,
+        data_volume=dv,
+        data_volume_id=data_volume_id,
+        driver_preinstalled=cfg.driver_preinstalled,
+        cuda=v.cuda.for_os(cfg.os),
+        nccl=nccl,
+        image=image,
+        ngc_parameter=cfg.ngc_api_key_parameter,
+        mig_layout=tuple(mig),
+        checkpoint_command=checkpoint_command,
+        phases=tuple(phases),
+    )
