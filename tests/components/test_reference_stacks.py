@@ -186,3 +186,13 @@ def test_risk_sim_has_an_st1_volume_per_node(preview_of):
     assert len(attaches) == 2 and {a.inputs["deviceName"] for a in attaches} == {"/dev/sdf"}
     for other in ("cv-training", "nlp-inference"):
         assert preview_of(other).run.of_type("aws:ebs/volume:Volume") == []
+
+
+def test_runs_in_one_process_do_not_leak_into_each_other(preview_of):
+    """A stale root Stack from an earlier run would parent this run's resources (pitfall 1)."""
+    for stack in STACKS:
+        run = preview_of(stack).run
+        stacks = run.of_type("pulumi:pulumi:Stack")
+        assert [s.name for s in stacks] == [f"gpuforge-{stack}"]
+        assert all(f"urn:pulumi:{stack}::gpuforge::" in r.urn for r in run.resources)
+        assert sum(r.custom for r in run.resources) == len({r.urn for r in run.resources if r.custom})
