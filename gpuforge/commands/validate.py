@@ -1,0 +1,273 @@
+"""`gpuforge validate`: prove a running cluster over SSH (or on this node with --transport local).
+
+Exit 0 when every result is pass/info/warning, 1 when any is error/unknown, 2 for bad input.
+The report goes to stdout (table or JSON); live progress goes to stderr; raw outputs, the
+report and the versions seen go to the evidence directory (--out).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuforge.errors import InputError
+from gpuforge.results import CheckResult, Report, atomic_write
+from validate.checks import Expectations, NodeCheck
+from validate.inventory import Inventory, Node, load_inventory
+from validate.network.iperf import IperfSettings
+from validate.runner import Runner, RunOptions, RunResult
+from validate.system import system_checks
+from validate.transport import LocalTransport, SshTransport, Timeouts, Transport
+
+NETWORK = "network"
+
+
+def _registry_checks() -> list[NodeCheck[Any]]:
+    """Part B's GPU/NCCL/compute checks when that module exists; import errors inside it surface."""
+    if importlib.util.find_spec("validate.registry") is None:
+        return []
+    checks: list[NodeCheck[Any]] = importlib.import_module("validate.registry").node_checks()
+    return checks
+
+
+def _select(tokens: list[str] | None, checks: list[NodeCheck[Any]]) -> tuple[list[NodeCheck[Any]], bool]:
+    """--checks: names or prefixes (`gpu`, `network`, `nccl.local`); identity always runs."""
+    if not tokens:
+        return checks, True
+    names = [c.name for c in checks] + ["network.iperf3", "network.ping"]
+    known_prefixes = {n.split(".")[0] for n in names} | set(names)
+    for t in tokens:
+        if t not in known_prefixes:
+            from components.catalog import did_you_mean
+
+            raise InputError(
+                f"--checks: unknown check {t!r}{did_you_mean(t, sorted(known_prefixes))}",
+                f"choose from: {', '.join(sorted(known_prefixes))}",
+            )
+
+    def chosen(name: str) -> bool:
+        return name == "system.identity" or any(name == t or name.startswith(t + ".") for t in tokens)
+
+    network = any(t == NETWORK or t.startswith(NETWORK + ".") for t in tokens)
+    return [c for c in checks if chosen(c.name) or (network and c.name == "system.network_tools")], network
+
+
+def _expectations(inv: Inventory, baseline: Path | None) -> Any:
+    overrides = inv.expect.stated() if inv.expect else {}
+    if importlib.util.find_spec("validate.thresholds") is None:
+        return lambda node: Expectations(**overrides, sources=dict.fromkeys(overrides, "inventory"))
+    thresholds = importlib.import_module("validate.thresholds")
+    base = None
+    if baseline is not None:
+        try:
+            base = thresholds.load_baseline(baseline)
+        except thresholds.ThresholdsError as exc:
+            raise InputError(f"--baseline: {exc}", "pass a file written by --save-baseline") from None
+    cache: dict[str | None, Expectations] = {}
+
+    def build(node: Node) -> Expectations:
+        key = node.instance_type
+        if key not in cache:
+            try:
+                exp = thresholds.build_expectations(inv.profile, node.instance_type, overrides)
+            except thresholds.ThresholdsError as exc:
+                where = "profile" if inv.profile and "profile" in str(exc) else f"nodes[{node.name}].instance_type"
+                raise InputError(f"inventory {where}: {exc}", "use a profile or instance type from the catalog") from None
+            cache[key] = thresholds.apply_baseline(exp, base) if base is not None else exp
+        return cache[key]
+
+    for n in inv.nodes:  # resolve now: bad input is exit 2 before any connection is made
+        build(n)
+    return build
+
+
+class _RichProgress:
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[note]}"), console=self.console, transient=False,
+        )  # fmt: skip
+        self.task: Any = None
+
+    def __enter__(self) -> _RichProgress:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def stage(self, name: str, total: int) -> None:
+        self.task = self.bar.add_task(name, total=total, note="")
+
+    def advance(self, note: str = "") -> None:
+        if self.task is not None:
+            self.bar.update(self.task, advance=1, note=note)
+
+
+def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts) -> Transport:
+    if kind == "local":
+        if len(inv.nodes) != 1:
+            raise InputError(
+                f"--transport local: the inventory lists {len(inv.nodes)} nodes; local runs on this machine only",
+                "list exactly the node you are on, or use --transport ssh",
+            )
+        return LocalTransport()
+    return SshTransport(inv.ssh, timeouts, accept_new=accept_new)
+
+
+def _write_outputs(out: Path, result: RunResult, accepted: list[dict[str, str]]) -> None:
+    atomic_write(out / "report.json", result.report.to_json() + "\n")
+    versions: dict[str, Any] = {"iperf3": result.report.context.get("versions", {}).get("iperf3", {})}
+    for r in result.report.results:
+        if r.check == "system.identity" and isinstance(r.observed, dict):
+            versions.setdefault("kernel", {})[r.targets[0]] = r.observed.get("kernel")
+        if r.check.startswith("gpu.cluster."):
+            versions[r.check] = r.observed
+    atomic_write(out / "versions.json", json.dumps(versions, indent=2, default=str) + "\n")
+    if accepted:
+        atomic_write(out / "accepted_host_keys.json", json.dumps(accepted, indent=2) + "\n")
+
+
+def _render(result: RunResult, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(result.report.to_json())
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(_folded(result.report).render_table("gpuforge validate"))
+    states = Table(title="nodes")
+    for col in ("node", "state", "detail"):
+        states.add_column(col, overflow="fold")
+    for name, st in result.states.items():
+        states.add_row(name, st.state, st.detail)
+    console.print(states)
+    if result.verdict is not None and result.matrix:
+        console.print(_matrix_table(result.matrix))
+        console.print(f"localisation: [bold]{result.verdict.kind}[/] — {result.verdict.message}")
+
+
+def _folded(report: Report) -> Report:
+    """For the table only: identical results on several nodes become one row (node[1-4])."""
+    groups: dict[tuple[Any, ...], list[CheckResult]] = {}
+    for r in report.results:
+        key = (r.check, r.level, json.dumps(r.observed, default=str), json.dumps(r.expected, default=str), r.message)
+        groups.setdefault(key, []).append(r)
+    folded = Report(report.kind, context=report.context)
+    for rs in groups.values():
+        targets = tuple(t for r in rs for t in r.targets)
+        first = rs[0]
+        folded.add(CheckResult(first.check, first.level, targets, first.observed, first.expected, first.message))
+    return folded
+
+
+def _matrix_table(mat: dict[str, dict[str, float | None]]) -> Any:
+    from rich.table import Table
+
+    nodes = list(mat)
+    table = Table(title="iperf3 Gbit/s (row sends to column)")
+    table.add_column("from \\ to")
+    for n in nodes:
+        table.add_column(n, justify="right")
+    for a in nodes:
+        cells = ["·" if a == b else ("-" if mat[a].get(b) is None else f"{mat[a][b]:.3g}") for b in nodes]
+        table.add_row(a, *cells)
+    return table
+
+
+def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
+    if report.failed():
+        raise InputError(
+            f"--save-baseline {path}: not saved, the run has error/unknown results",
+            "fix the cluster (or narrow --checks) and save a baseline from a clean run",
+        )
+    if importlib.util.find_spec("validate.thresholds") is None:
+        raise InputError("--save-baseline: baselines need validate.thresholds, which is not installed")
+    thresholds = importlib.import_module("validate.thresholds")
+    types = {n.instance_type for n in inv.nodes}
+    thresholds.save_baseline(
+        path,
+        thresholds.baseline_figures(report.results),
+        profile=inv.profile,
+        instance_type=types.pop() if len(types) == 1 else None,
+    )
+
+
+@click.command("validate")
+@click.option("--inventory", "inventory_path", required=True, help="Inventory YAML/JSON file, or - for stdin.")
+@click.option("--checks", default=None, help="Comma-separated checks or groups (e.g. gpu,network,nccl.local).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write JUnit XML here.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Evidence directory (default: ./gpuforge-evidence/<UTC time>).")  # fmt: skip
+@click.option("--save-baseline", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option("--accept-new-host-keys", is_flag=True, help="Trust unknown host keys, add them to known_hosts.")
+@click.option("--transport", "transport_kind", type=click.Choice(["ssh", "local"]), default="ssh", show_default=True)
+@click.option("--schedule", type=click.Choice(["ring", "full"]), default="ring", show_default=True,
+              help="ring: constant rounds to name a slow node; full: every pair (node x node matrix).")  # fmt: skip
+@click.option("--iperf-seconds", type=click.FloatRange(1, 60), default=5.0, show_default=True)
+@click.option("--connect-timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
+              help="Bound for each of TCP connect, banner, auth and channel open.")  # fmt: skip
+@click.option("--workers", type=click.IntRange(1, 512), default=32, show_default=True, help="Concurrent SSH sessions.")
+def command(
+    inventory_path: str,
+    checks: str | None,
+    fmt: str,
+    junit: Path | None,
+    out: Path | None,
+    save_baseline: Path | None,
+    baseline: Path | None,
+    accept_new_host_keys: bool,
+    transport_kind: str,
+    schedule: str,
+    iperf_seconds: float,
+    connect_timeout: float,
+    workers: int,
+) -> None:
+    """Prove a running cluster: tier-0 gates, GPU checks, iperf3/ping pairs, localisation."""
+    inv = load_inventory(inventory_path)
+    tokens = [t.strip() for t in checks.split(",") if t.strip()] if checks else None
+    selected, network = _select(tokens, system_checks(network=True) + _registry_checks())
+    network = network and transport_kind == "ssh" and len(inv.nodes) >= 2
+    if not network:  # without pair tests a missing iperf3 is no fault of the node
+        selected = [c for c in selected if c.name != "system.network_tools"]
+    expect = _expectations(inv, baseline)
+    t = connect_timeout
+    transport = _transport(transport_kind, inv, accept_new_host_keys, Timeouts(t, t, t, t))
+    out = out or Path("gpuforge-evidence") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    opts = RunOptions(
+        network=network,
+        schedule=schedule,
+        iperf=IperfSettings(duration_s=iperf_seconds),
+        max_workers=workers,
+        evidence_dir=out,
+    )
+    try:
+        with _RichProgress() as progress:
+            result = Runner(inv, transport, selected, expect, options=opts, progress=progress).run()
+    finally:
+        transport.close()
+    accepted = getattr(transport, "accepted_keys", [])
+    if accepted:
+        result.report.context["accepted_host_keys"] = accepted
+    result.report.context["evidence_dir"] = str(out)
+    _write_outputs(out, result, accepted)
+    if junit is not None:
+        result.report.write_junit(junit)
+    _render(result, fmt)
+    if save_baseline is not None:
+        _save_baseline(save_baseline, inv, result.report)
+    click.echo(f"evidence: {out}", err=True)
+    raise SystemExit(result.report.exit_code())
