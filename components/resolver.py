@@ -85,9 +85,7 @@ def resolve(req: Requirements, region: str, catalog: Catalog | None = None) -> l
     """Every deployable shape in `region`, best first. Raises ResolveError on an unknown GPU model."""
     catalog = catalog or load_catalog()
     if req.gpu_model not in catalog.gpus:
-        raise ResolveError(
-            f"GPU model {req.gpu_model!r} is not in the catalog{did_you_mean(req.gpu_model, catalog.gpus)}"
-        )
+        raise ResolveError(f"GPU model {req.gpu_model!r} is not in the catalog{did_you_mean(req.gpu_model, catalog.gpus)}")
     catalog.region(region)  # KeyError with a suggestion for an unknown region
     wanted = catalog.gpus[req.gpu_model]
     out = []
@@ -129,9 +127,7 @@ def _node_count(req: Requirements, it: InstanceType) -> tuple[int, str]:
     return nodes, ", ".join(reasons) or "one node meets the requirements"
 
 
-def _candidate(
-    req: Requirements, wanted: GpuModel, it: InstanceType, region: str, catalog: Catalog
-) -> Candidate | None:
+def _candidate(req: Requirements, wanted: GpuModel, it: InstanceType, region: str, catalog: Catalog) -> Candidate | None:
     offering = it.offering(region)
     if offering is None:  # not sold in this region: not a shape the user can deploy here
         return None
@@ -172,9 +168,7 @@ def _check_gpu(req: Requirements, wanted: GpuModel, it: InstanceType, c: Candida
     if it.gpu_memory_gib < req.gpu_memory_gib:
         c.gaps.append(f"{it.gpu_model} {_num(it.gpu_memory_gib)} GiB < {_num(req.gpu_memory_gib)} GiB per GPU")
     elif gpu.family == wanted.family and it.gpu_memory_gib > req.gpu_memory_gib:
-        c.surpluses.append(
-            f"{it.gpu_model} has {_num(it.gpu_memory_gib)} GiB per GPU, {_num(req.gpu_memory_gib)} needed"
-        )
+        c.surpluses.append(f"{it.gpu_model} has {_num(it.gpu_memory_gib)} GiB per GPU, {_num(req.gpu_memory_gib)} needed")
     extra = c.gpus_total - req.gpus
     if extra > 0:
         has_exact = any(t.gpu_model == it.gpu_model and t.gpu_count == req.gpus for t in cat.instance_types.values())
@@ -218,9 +212,7 @@ def _check_host(req: Requirements, it: InstanceType, c: Candidate) -> None:
             c.gaps.append(f"RDMA needed; {it.name} has no EFA (AWS offers no InfiniBand: EFA is its RDMA fabric)")
         else:
             direct = "with" if it.gpudirect_rdma else "without"
-            c.notes.append(
-                f"RDMA over EFA ({it.efa_interfaces} interface(s), {direct} GPUDirect RDMA); no InfiniBand on AWS"
-            )
+            c.notes.append(f"RDMA over EFA ({it.efa_interfaces} interface(s), {direct} GPUDirect RDMA); no InfiniBand on AWS")
 
 
 def _compare_to_best(ranked: list[Candidate]) -> None:

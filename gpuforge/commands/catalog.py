@@ -129,8 +129,7 @@ def show_cmd(instance_type: str, fmt: str) -> None:
     catalog = load_catalog()
     if instance_type not in catalog.instance_types:
         raise InputError(
-            f"INSTANCE_TYPE: unknown instance type {instance_type!r}"
-            f"{did_you_mean(instance_type, catalog.instance_types)}",
+            f"INSTANCE_TYPE: unknown instance type {instance_type!r}{did_you_mean(instance_type, catalog.instance_types)}",
             "see `gpuforge catalog list`",
         )
     it = catalog.instance_types[instance_type]

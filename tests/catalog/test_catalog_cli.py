@@ -14,9 +14,7 @@ from gpuforge.cli import cli, main
 
 def _run(*args: str) -> tuple[int, str, str]:
     # In a subprocess: main() owns the `error:` rendering and the exit code, as a user sees them.
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuforge.cli", *args], capture_output=True, text=True, timeout=60, check=False
-    )
+    proc = subprocess.run([sys.executable, "-m", "gpuforge.cli", *args], capture_output=True, text=True, timeout=60, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -32,9 +30,7 @@ def test_suggest_json_risk_sim() -> None:
 
 
 def test_suggest_table_mentions_the_gap() -> None:
-    res = CliRunner().invoke(
-        cli, ["catalog", "suggest", "--profile", "cv-training", "--top", "2"], env={"COLUMNS": "200"}
-    )
+    res = CliRunner().invoke(cli, ["catalog", "suggest", "--profile", "cv-training", "--top", "2"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "p4de.24xlarge" in res.output and "exact" in res.output
     assert "A100 40 GiB < 80 GiB per GPU" in res.output

@@ -26,9 +26,9 @@ def test_cv_training_is_one_p4de_with_the_8_gpu_note() -> None:
     assert [c.instance_type for c in ranked if c.fit == "exact"] == ["p4de.24xlarge"]
     p4d = _by_type(ranked)["p4d.24xlarge"]
     assert p4d.gaps == ["A100 40 GiB < 80 GiB per GPU"]
-    assert any(
-        n.startswith("20% cheaper on-demand than 1× p4de.24xlarge") and "54% cheaper on spot" in n for n in p4d.notes
-    ), p4d.notes
+    assert any(n.startswith("20% cheaper on-demand than 1× p4de.24xlarge") and "54% cheaper on spot" in n for n in p4d.notes), (
+        p4d.notes
+    )
     # p4d is the best of the shapes with gaps: one gap, and the cheapest of those.
     assert ranked[1].instance_type == "p4d.24xlarge"
 
@@ -108,9 +108,7 @@ def test_nvme_and_region_availability() -> None:
     # eu-west-1 has no p4de (§6): not a candidate there.
     assert "p4de.24xlarge" not in _by_type(resolve(req, "eu-west-1"))
     v = Requirements(gpu_model="V100", gpus=1, gpu_memory_gib=16, nvme_gb=100)
-    assert (
-        "no instance-store NVMe per node < 100 GB NVMe needed" in _by_type(resolve(v, "us-east-1"))["p3.2xlarge"].gaps
-    )
+    assert "no instance-store NVMe per node < 100 GB NVMe needed" in _by_type(resolve(v, "us-east-1"))["p3.2xlarge"].gaps
 
 
 def test_sorted_by_fit_then_gap_count_then_price() -> None:
