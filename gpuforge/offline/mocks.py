@@ -83,6 +83,13 @@ class OfflineMocks(pulumi.runtime.Mocks):
             state["arn"] = f"arn:aws:iam::{MOCK_ACCOUNT}:instance-profile/{name}"
         elif typ == "aws:ebs/volume:Volume":
             rid = f"vol-{_digest(name):08x}offline"
+        elif typ == "aws:eks/cluster:Cluster":
+            # What the kubeconfig and the node launch template read; a stand-in, never reachable.
+            state.setdefault("name", name)
+            state["arn"] = f"arn:aws:eks:{self.hints.region}:{MOCK_ACCOUNT}:cluster/{name}"
+            state["endpoint"] = f"https://{_digest(name):08X}.offline.eks.{self.hints.region}.amazonaws.com"
+            state["certificateAuthority"] = {"data": "T0ZGTElORS1DQQ=="}  # base64("OFFLINE-CA")
+            state["vpcConfig"] = {**dict(state.get("vpcConfig") or {}), "clusterSecurityGroupId": f"sg-{_digest(name):08x}"}
         elif typ.startswith("kubernetes:"):
             meta = dict(state.get("metadata") or {})
             meta.setdefault("name", name)
