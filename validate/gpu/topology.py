@@ -82,15 +82,16 @@ class TopologyCheck(NodeCheck[Topology]):
             diff = [
                 f"GPU{i}-GPU{j}: {matrix[i][j]} (baseline {baseline[i][j]})"
                 for i in range(n)
-                for j in range(i + 1, n)
-                if len(baseline) == n and matrix[i][j] != baseline[i][j]
+                for j in range(n)
+                if len(baseline) == n and i != j and matrix[i][j] != baseline[i][j]
             ]
             if len(baseline) != n or diff:
                 msg = "topology differs from baseline: " + ("; ".join(diff[:6]) or f"{len(baseline)} GPUs there")
                 return [CheckResult(self.name, Level.ERROR, t, matrix, baseline, msg)]
             return [CheckResult(self.name, Level.PASS, t, matrix, baseline, "topology matches the baseline")]
         links = policy(expect, "nvlink_links_per_gpu")
-        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        # both directions: a matrix is symmetric when healthy, so an odd cell either way counts
+        pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
         if expect.interconnect == "nvswitch":
             want = f"NV{links}" if links else None
             codes = {matrix[i][j] for i, j in pairs}
@@ -102,7 +103,7 @@ class TopologyCheck(NodeCheck[Topology]):
             if bad:
                 msg = f"NVSwitch board should show {want or 'one NV#'} on every pair: " + "; ".join(bad[:6])
                 return [CheckResult(self.name, Level.ERROR, t, matrix, want, msg)]
-            return [CheckResult(self.name, Level.PASS, t, matrix, want, f"all {len(pairs)} GPU pairs {sorted(codes)}")]
+            return [CheckResult(self.name, Level.PASS, t, matrix, want, f"all {len(pairs) // 2} GPU pairs {sorted(codes)}")]
         if expect.interconnect == "nvlink":
             per_gpu = [sum(topo.nvlinks(i, j) for j in range(n) if j != i) for i in range(n)]
             bad = [f"GPU{i}: {c} links" for i, c in enumerate(per_gpu) if c == 0 or (links and c != links)]
