@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
+from components.fleet import FleetConfig, parse_fleet
 from components.kubernetes.settings import KubernetesSettings, kubernetes_settings
 from components.profiles import Profile, UnknownProfileError, load_profile, profile_names
 from gpuforge.errors import ConfigError
@@ -52,6 +53,23 @@ class RawStackConfig(BaseModel):
     owner: str | None = None
     costCenter: str | None = None
     ngcApiKeyParameter: str | None = None
+    # Purchase, autoscaling, budget, idle and quota keys (components/fleet.py resolves these).
+    purchaseOption: Literal["on-demand", "spot", "capacity-reservation", "capacity-block"] = "on-demand"
+    spotMaxPrice: str | None = None
+    spotInterruptionBehavior: Literal["terminate", "stop", "hibernate"] = "terminate"
+    capacityReservationId: str | None = None
+    autoscaling: bool = False
+    autoscalingMin: int | None = Field(default=None, ge=0, le=256)
+    autoscalingMax: int | None = Field(default=None, ge=1, le=256)
+    autoscalingQueueThreshold: int | None = Field(default=None, ge=0)
+    autoscalingCooldownS: int | None = Field(default=None, ge=0, le=86400)
+    queueMetricNamespace: str | None = None
+    queueMetricName: str | None = None
+    budgetUsd: int | None = Field(default=None, ge=1)
+    budgetEmails: tuple[str, ...] = ()
+    gpuQuota: int | None = Field(default=None, ge=0)
+    idleUtilPercent: int | None = Field(default=None, ge=1, le=100)
+    idleMinutes: int | None = Field(default=None, ge=5, le=1440)
     # Kubernetes layer (components/kubernetes/settings.py validates and resolves these).
     kubernetes: Literal["none", "eks", "existing"] = "none"
     kubeconfig: str | None = None  # read only as a Pulumi secret (components/kubernetes/component.py)
@@ -67,7 +85,7 @@ class RawStackConfig(BaseModel):
 
 
 CONFIG_KEYS = tuple(RawStackConfig.model_fields)
-_LIST_KEYS = {"sshCidrs", "eksPublicAccessCidrs", "kubernetesTeams"}
+_LIST_KEYS = {"sshCidrs", "budgetEmails", "eksPublicAccessCidrs", "kubernetesTeams"}
 
 
 class StackConfig(BaseModel):
@@ -99,6 +117,7 @@ class StackConfig(BaseModel):
     owner: str | None
     cost_center: str | None
     ngc_api_key_parameter: str | None
+    fleet: FleetConfig = FleetConfig()
     kubernetes: KubernetesSettings | None = None
 
     @property
@@ -243,6 +262,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         owner=parsed.owner,
         cost_center=parsed.costCenter,
         ngc_api_key_parameter=parsed.ngcApiKeyParameter,
+        fleet=parse_fleet(parsed, instance, region, parsed.azId, catalog),
         kubernetes=kubernetes_settings(
             parsed, profile, instance, catalog.gpu(instance), node_count, reg.az_ids
         ),
