@@ -53,6 +53,8 @@ class Host:
 
 @dataclass
 class Testbed:
+    __test__ = False  # not a test class, despite the name
+
     n: int
     prefix: str = field(default_factory=lambda: f"gf{os.getpid()}")
     hosts: list[Host] = field(default_factory=list)

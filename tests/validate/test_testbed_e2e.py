@@ -1,0 +1,130 @@
+"""The runner end to end against real test hosts (netns + sshd + iperf3, tbf shaping).
+
+Cases from issue 4: all healthy; one node shaped to half the others' rate is named; one host
+down; one sshd SIGSTOPped, reported within the bound while the rest are validated. Also the
+host-key policy (strict by default, accept-new recorded) and a command that hangs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuforge.results import Level
+from tests.validate.testbed import Testbed, missing_requirements
+from validate.checks import Expectations
+from validate.inventory import Inventory
+from validate.network.iperf import IperfSettings
+from validate.network.ping import PingSettings
+from validate.runner import Runner, RunOptions, RunResult
+from validate.system import system_checks
+from validate.transport import Outcome, SshTransport, Timeouts
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+_WHY = missing_requirements()
+RATE_MBIT = 100  # far below what 2 cores push, so CPU is never the bottleneck (testbed-feasibility.md)
+BOUND = Timeouts(connect=2, banner=2, auth=2, channel=2)
+
+
+@pytest.fixture
+def bed(request: pytest.FixtureRequest) -> Iterator[Testbed]:
+    if _WHY:
+        pytest.skip(_WHY)
+    tb = Testbed(int(getattr(request, "param", 6))).up()
+    try:
+        tb.shape_all(RATE_MBIT)
+        yield tb
+    finally:
+        tb.down()  # also on failure: namespaces, links, routes, processes
+
+
+def _run(tb: Testbed, tmp: Path, accept_new: bool = False) -> tuple[RunResult, SshTransport]:
+    inv = Inventory.model_validate(tb.inventory())
+    transport = SshTransport(inv.ssh, BOUND, accept_new=accept_new)
+    expect = Expectations(link_gbps=RATE_MBIT / 1000, sources={"link_gbps": f"test bed: tbf {RATE_MBIT}mbit"})
+    opts = RunOptions(iperf=IperfSettings(duration_s=2, omit_s=0.5), ping=PingSettings(count=5), evidence_dir=tmp / "out")
+    try:
+        return Runner(inv, transport, system_checks(True), lambda n: expect, options=opts).run(), transport
+    finally:
+        transport.close()
+
+
+def _levels(res: RunResult, check: str) -> set[Level]:
+    return {r.level for r in res.report.results if r.check == check}
+
+
+def test_all_healthy(bed: Testbed, tmp_path: Path) -> None:
+    res, _ = _run(bed, tmp_path)
+    assert res.verdict is not None and res.verdict.kind == "healthy", res.verdict
+    assert {s.state for s in res.states.values()} == {"ok"}
+    assert _levels(res, "network.iperf3") == {Level.PASS}
+    hostnames = {r.observed["hostname"] for r in res.report.results if r.check == "system.identity"}
+    assert hostnames == {f"node{i}" for i in range(1, 7)}
+    assert len(res.rounds) == 2 and not res.report.failed()
+    evidence = list((tmp_path / "out" / "evidence").rglob("*.iperf3.txt"))
+    assert len(evidence) == 6 and '"bits_per_second"' in evidence[0].read_text()
+
+
+def test_half_rate_node_is_named(bed: Testbed, tmp_path: Path) -> None:
+    bed.shape(4, RATE_MBIT / 2)
+    res, _ = _run(bed, tmp_path)
+    assert res.verdict is not None and (res.verdict.kind, res.verdict.slow_nodes) == ("node", ["node4"])
+    assert len(res.rounds) == 3  # two ring rounds + one confirmation round
+    [loc] = [r for r in res.report.results if r.check == "network.localise"]
+    assert loc.level is Level.ERROR and loc.targets == ("node4",)
+    assert res.report.exit_code() == 1
+
+
+def test_host_down_and_sshd_stopped_are_reported_within_the_bound(bed: Testbed, tmp_path: Path) -> None:
+    bed.link_down(2)
+    bed.stop_sshd(5)
+    start = time.monotonic()
+    res, _ = _run(bed, tmp_path)
+    took = time.monotonic() - start
+    assert res.states["node2"].state in (Outcome.UNREACHABLE.value, Outcome.TIMEOUT.value)
+    assert res.states["node5"].state == Outcome.TIMEOUT.value and "banner" in res.states["node5"].detail
+    assert {n for n, s in res.states.items() if s.state == "ok"} == {"node1", "node3", "node4", "node6"}
+    # the four healthy nodes were still validated, pairwise, and nobody else is blamed
+    assert res.verdict is not None and res.verdict.kind == "healthy"
+    pair_nodes = {n for r in res.rounds for p in r for n in p}
+    assert pair_nodes == {"node1", "node3", "node4", "node6"}
+    # the connect stage waits at most one connection bound for all nodes together
+    connect = [r for r in res.report.results if r.check == "node.reachable" and r.level is Level.ERROR]
+    assert {r.targets[0] for r in connect} == {"node2", "node5"}
+    assert took < 30, took
+    summary = json.loads(res.report.to_json())["context"]["nodes"]
+    assert summary["node5"]["state"] == "timeout"
+
+
+@pytest.mark.parametrize("bed", [2], indirect=True)
+def test_host_keys_strict_by_default_accept_new_records(bed: Testbed, tmp_path: Path) -> None:
+    bed.known_hosts.write_text(bed.known_hosts.read_text().splitlines(keepends=True)[0])  # node2's key unknown
+    res, _ = _run(bed, tmp_path)
+    assert res.states["node2"].state == Outcome.HOST_KEY.value and res.states["node1"].state == "ok"
+    res, transport = _run(bed, tmp_path, accept_new=True)
+    assert res.states["node2"].state == "ok"
+    assert [k["host"] for k in transport.accepted_keys] == [bed.hosts[1].ip]
+    assert bed.hosts[1].ip in bed.known_hosts.read_text()
+    # a changed key is never accepted, even with accept-new
+    first = bed.known_hosts.read_text().splitlines()[0]
+    bed.known_hosts.write_text(f"{bed.hosts[1].ip} {first.split(' ', 1)[1]}\n{first}\n")
+    res, _ = _run(bed, tmp_path, accept_new=True)
+    assert res.states["node2"].state == Outcome.HOST_KEY.value and "does not match" in res.states["node2"].detail
+
+
+@pytest.mark.parametrize("bed", [1], indirect=True)
+def test_hung_command_times_out_and_node_stays_usable(bed: Testbed) -> None:
+    inv = Inventory.model_validate(bed.inventory())
+    transport = SshTransport(inv.ssh, BOUND)
+    try:
+        start = time.monotonic()
+        hung = transport.run(inv.nodes[0], "sleep 30", timeout_s=1)
+        assert hung.outcome is Outcome.TIMEOUT and time.monotonic() - start < 6
+        after = transport.run(inv.nodes[0], "echo ok", timeout_s=5)
+        assert after.ok and after.stdout.strip() == "ok"
+    finally:
+        transport.close()
