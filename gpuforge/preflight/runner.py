@@ -133,8 +133,9 @@ def _rank(ctx: Context, rejected: dict[str, str]) -> list[AzRank]:
 
 
 def _why(chosen: AzRank, configured: str) -> str:
-    parts = ["offered", "S3 Express One Zone", "quota"] if chosen.fits else []
-    text = f"{chosen.az_id}: " + ("has " + ", ".join(parts) if parts else "nothing rules it out")
+    text = f"{chosen.az_id}: " + (
+        "offering, S3 Express One Zone and vCPU quota line up" if chosen.fits else "nothing rules it out"
+    )
     if chosen.unknowns:
         text += f" (unconfirmed: {', '.join(chosen.unknowns)})"
     if chosen.reserved:

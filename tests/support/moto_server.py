@@ -69,7 +69,7 @@ def set_auth_enforcement(endpoint: str, after_requests: float) -> None:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     # Imported here: moto pulls in Flask and every backend; tests that never ask for AWS skip that.
-    from moto.server import ThreadedMotoServer  # noqa: PLC0415
+    from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # port 0: the OS picks a free one
     server.start()
