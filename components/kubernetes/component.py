@@ -1,0 +1,165 @@
+"""GpuKubernetes: the Kubernetes layer of a GPU stack, on EKS or on an existing cluster.
+
+Declares, through a pulumi-kubernetes provider for that cluster: the NVIDIA device plugin
+configured from the profile's sharing mode, PriorityClasses, one namespace per team with a
+quota that leaves the headroom free, and (inference profiles) the inference service.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi.runtime import config as runtime_config
+
+from components.catalog import load_catalog
+from components.config import PROJECT, StackConfig
+from components.kubernetes import manifests as m
+from components.kubernetes.quotas import team_quota
+from components.kubernetes.settings import KubernetesSettings
+from components.kubernetes.sharing import plan_sharing
+from gpuforge.errors import ConfigError
+
+# kind -> the typed pulumi-kubernetes class, so the preview shows real Kubernetes types.
+_KINDS: dict[str, Any] = {
+    "Namespace": k8s.core.v1.Namespace,
+    "ConfigMap": k8s.core.v1.ConfigMap,
+    "Service": k8s.core.v1.Service,
+    "ResourceQuota": k8s.core.v1.ResourceQuota,
+    "LimitRange": k8s.core.v1.LimitRange,
+    "DaemonSet": k8s.apps.v1.DaemonSet,
+    "Deployment": k8s.apps.v1.Deployment,
+    "HorizontalPodAutoscaler": k8s.autoscaling.v2.HorizontalPodAutoscaler,
+    "PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
+    "PriorityClass": k8s.scheduling.v1.PriorityClass,
+}
+
+
+@dataclass(frozen=True)
+class KubernetesArgs:
+    config: StackConfig
+    vpc_id: pulumi.Input[str] | None = None
+    subnet_id: pulumi.Input[str] | None = None
+    security_group_id: pulumi.Input[str] | None = None
+    placement_group: pulumi.Input[str] | None = None
+
+
+def manifests_for(cfg: StackConfig) -> list[m.Manifest]:
+    """Every Kubernetes object of the stack, in apply order (namespaces before their contents)."""
+    settings = _settings(cfg)
+    plan = plan_sharing(cfg.profile.sharing, load_catalog().gpu(cfg.instance))
+    quota = team_quota(cfg.instance, cfg.node_count, plan.advertised_per_gpu, settings.headroom_percent,
+                       len(settings.teams))
+    docs = [*m.device_plugin(plan), *m.priority_classes()]
+    for team in settings.teams:
+        docs += m.team(team, quota)
+    if cfg.profile.bootstrap.recipe == "inference":
+        docs += m.inference(m.inference_spec(settings, quota))
+    return docs
+
+
+def _settings(cfg: StackConfig) -> KubernetesSettings:
+    if cfg.kubernetes is None:
+        raise ValueError("GpuKubernetes needs a stack with gpuforge:kubernetes set")
+    return cfg.kubernetes
+
+
+def control_plane_cidr(vpc_cidr: str, node_subnet_cidr: str) -> str:
+    """The first /24 of the VPC that does not overlap the node subnet (control-plane ENIs only)."""
+    vpc = ipaddress.ip_network(vpc_cidr)
+    nodes = ipaddress.ip_network(node_subnet_cidr)
+    for candidate in vpc.subnets(new_prefix=max(24, vpc.prefixlen)):
+        if not candidate.overlaps(nodes):
+            return str(candidate)
+    raise ConfigError(f"{PROJECT}:subnetCidr", f"{node_subnet_cidr} leaves no /24 of {vpc_cidr} for the EKS "
+                      "control plane", "use a smaller subnetCidr or a larger vpcCidr")
+
+
+class GpuKubernetes(pulumi.ComponentResource):
+    kubeconfig: pulumi.Output[str] | None
+
+    def __init__(self, name: str, args: KubernetesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuforge:kubernetes:GpuKubernetes", name, None, opts)
+        cfg = args.config
+        settings = _settings(cfg)
+        docs = manifests_for(cfg)  # before any resource: a bad MIG layout fails here
+
+        if settings.mode == "eks":
+            from components.kubernetes.eks import EksArgs, EksCluster
+
+            eks = EksCluster(
+                name,
+                EksArgs(
+                    version=settings.version,
+                    region=cfg.region,
+                    vpc_id=_need(args.vpc_id, "vpc_id"),
+                    node_subnet_id=_need(args.subnet_id, "subnet_id"),
+                    control_plane_az_id=settings.control_plane_az_id or "",
+                    control_plane_cidr=control_plane_cidr(cfg.vpc_cidr, cfg.subnet_cidr),
+                    node_security_group_id=_need(args.security_group_id, "security_group_id"),
+                    placement_group=_need(args.placement_group, "placement_group"),
+                    instance_type=cfg.instance.name,
+                    node_count=cfg.node_count,
+                    root_volume_gib=cfg.root_volume_gib,
+                    public_access_cidrs=settings.public_access_cidrs,
+                    labels={"gpuforge.io/profile": cfg.profile.name},
+                    tags=cfg.tags,
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            kubeconfig: pulumi.Output[str] = eks.kubeconfig
+            self.kubeconfig = eks.kubeconfig
+        else:
+            kubeconfig = _existing_kubeconfig()
+            self.kubeconfig = None  # the user's own secret: not re-exported
+
+        provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=pulumi.ResourceOptions(parent=self))
+        namespaces: dict[str, pulumi.Resource] = {}
+        for doc in docs:
+            meta = doc["metadata"]
+            ns = meta.get("namespace")
+            depends = [namespaces[ns]] if ns in namespaces else []
+            res = _declare(f"{name}-{_slug(doc)}", doc, pulumi.ResourceOptions(
+                parent=self, provider=provider, depends_on=depends
+            ))
+            if doc["kind"] == "Namespace":
+                namespaces[meta["name"]] = res
+        self.register_outputs({"objects": len(docs)})
+
+
+def _declare(resource_name: str, doc: m.Manifest, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    cls = _KINDS[doc["kind"]]
+    # Top-level fields are constructor arguments (snake_case); nested dicts pass through as
+    # camelCase, which the SDK sends unchanged.
+    fields = {_snake(k): v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+    resource: pulumi.Resource = cls(resource_name, opts=opts, **fields)
+    return resource
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", lambda mt: "_" + mt.group(1).lower(), key)
+
+
+def _slug(doc: m.Manifest) -> str:
+    meta = doc["metadata"]
+    ns, obj = meta.get("namespace"), meta["name"]
+    scoped = obj if not ns or obj.startswith(ns) else f"{ns}-{obj}"  # unique: kinds differ, names within kind do
+    return f"{doc['kind'].lower()}-{scoped}"
+
+
+def _need(value: pulumi.Input[str] | None, what: str) -> pulumi.Input[str]:
+    if value is None:
+        raise ValueError(f"GpuKubernetes on EKS needs {what} from the cluster's network")
+    return value
+
+
+def _existing_kubeconfig() -> pulumi.Output[str]:
+    key = f"{PROJECT}:kubeconfig"
+    if not runtime_config.is_config_secret(key):
+        raise ConfigError(key, "is stored in plain text in the stack file",
+                          "set it with `pulumi config set --secret gpuforge:kubeconfig \"$(cat KUBECONFIG)\"`")
+    return pulumi.Config(PROJECT).require_secret("kubeconfig")

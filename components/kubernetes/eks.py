@@ -1,0 +1,173 @@
+"""An EKS cluster for a GPU stack: control plane, least-privilege IAM, and a managed node group
+of the stack's GPU instance type in its subnet and cluster placement group.
+
+Why a launch template of its own rather than GpuNodes': EKS managed node groups reject launch
+templates that set an IAM instance profile or subnet-bound network interfaces (EKS user guide,
+"Customize managed nodes with launch templates"), and the EKS-optimised NVIDIA AMI brings its own
+driver and bootstrap, so the Ubuntu user data does not apply.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from components.kubernetes.manifests import GPU_NODE_LABEL, GPU_TAINT
+
+CLUSTER_POLICIES = ("arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",)
+# The minimum AWS documents for managed-node-group nodes; nothing else (no S3, no SSM): pods
+# that need AWS access get it through their own service-account role.
+NODE_POLICIES = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+)
+AMI_TYPE = "AL2023_x86_64_NVIDIA"  # EKS-optimised AL2023 with the NVIDIA driver and container toolkit
+LOG_TYPES = ["api", "audit", "authenticator"]
+
+
+@dataclass(frozen=True)
+class EksArgs:
+    version: str
+    region: str
+    vpc_id: pulumi.Input[str]
+    node_subnet_id: pulumi.Input[str]
+    control_plane_az_id: str
+    control_plane_cidr: str
+    node_security_group_id: pulumi.Input[str]
+    placement_group: pulumi.Input[str]
+    instance_type: str
+    node_count: int
+    root_volume_gib: int
+    public_access_cidrs: tuple[str, ...]
+    labels: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def _role(name: str, service: str, policies: tuple[str, ...], tags: dict[str, str], opts: pulumi.ResourceOptions
+          ) -> aws.iam.Role:
+    role = aws.iam.Role(
+        name,
+        assume_role_policy=json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+        }),
+        tags=tags,
+        opts=opts,
+    )
+    for arn in policies:
+        aws.iam.RolePolicyAttachment(f"{name}-{arn.rsplit('/', 1)[1]}", role=role.name, policy_arn=arn, opts=opts)
+    return role
+
+
+class EksCluster(pulumi.ComponentResource):
+    name: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]  # a secret: it names the cluster's endpoint and CA
+
+    def __init__(self, name: str, args: EksArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuforge:kubernetes:Eks", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = args.tags
+
+        # EKS wants subnets in two AZs. The second one only holds control-plane ENIs; it has
+        # no internet route (the VPC's main route table) and no nodes.
+        cp_subnet = aws.ec2.Subnet(
+            f"{name}-controlplane",
+            vpc_id=args.vpc_id,
+            cidr_block=args.control_plane_cidr,
+            availability_zone_id=args.control_plane_az_id,
+            tags={**tags, "Name": f"{name}-controlplane"},
+            opts=child,
+        )
+        cluster_role = _role(f"{name}-eks-cluster", "eks.amazonaws.com", CLUSTER_POLICIES, tags, child)
+        cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            version=args.version,
+            role_arn=cluster_role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=[args.node_subnet_id, cp_subnet.id],
+                endpoint_private_access=True,
+                # Private by default; a public endpoint only for the CIDRs the stack lists.
+                endpoint_public_access=bool(args.public_access_cidrs),
+                public_access_cidrs=list(args.public_access_cidrs) or None,
+            ),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True
+            ),
+            enabled_cluster_log_types=LOG_TYPES,
+            tags=tags,
+            opts=child,
+        )
+        node_role = _role(f"{name}-eks-node", "ec2.amazonaws.com", NODE_POLICIES, tags, child)
+        lt = aws.ec2.LaunchTemplate(
+            f"{name}-eks-lt",
+            # The cluster security group lets nodes and control plane talk; the stack's group
+            # carries its SSH and node-to-node rules.
+            vpc_security_group_ids=[
+                cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or ""),
+                args.node_security_group_id,
+            ],
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=args.placement_group),
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name="/dev/xvda",  # AL2023 root device
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=args.root_volume_gib, volume_type="gp3", encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags=tags)],
+            tags=tags,
+            opts=child,
+        )
+        aws.eks.NodeGroup(
+            f"{name}-gpu",
+            cluster_name=cluster.name,
+            node_role_arn=node_role.arn,
+            subnet_ids=[args.node_subnet_id],  # the one AZ of the stack, next to its storage
+            instance_types=[args.instance_type],
+            ami_type=AMI_TYPE,
+            capacity_type="ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                desired_size=args.node_count, min_size=args.node_count, max_size=args.node_count
+            ),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
+            labels={GPU_NODE_LABEL: "true", **args.labels},
+            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE")],
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
+        )
+
+        self.name = cluster.name
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority).apply(
+                lambda v: kubeconfig_for(v[0], v[1], getattr(v[2], "data", None) or "", args.region)
+            )
+        )
+        self.register_outputs({"clusterName": cluster.name, "kubeconfig": self.kubeconfig})
+
+
+def kubeconfig_for(cluster: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that authenticates with `aws eks get-token` (no long-lived token in it)."""
+    return json.dumps({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}],
+        "current-context": cluster,
+        "users": [{
+            "name": cluster,
+            "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                "command": "aws",
+                "args": ["eks", "get-token", "--cluster-name", cluster, "--region", region],
+            }},
+        }],
+    })
