@@ -77,11 +77,13 @@ class GpuCluster(pulumi.ComponentResource):
         from bootstrap.render import render_user_data  # components -> bootstrap (DESIGN.md)
 
         dv = cfg.profile.storage.data_volume
+        eks = cfg.kubernetes is not None and cfg.kubernetes.mode == "eks"
         nodes = GpuNodes(
             name,
             NodesArgs(
                 instance=cfg.instance,
-                node_names=node_names(cfg.stack, cfg.node_count),
+                # On EKS the managed node group runs the GPU nodes (components/kubernetes/eks.py).
+                node_names=() if eks else node_names(cfg.stack, cfg.node_count),
                 ami_id=ami_id,
                 subnet_id=network.subnet_id,
                 availability_zone=network.availability_zone,
@@ -104,6 +106,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.directory_bucket = storage.directory_bucket_name
         self.checkpoint_bucket = storage.checkpoint_bucket_name
         self.availability_zone = network.availability_zone
+        self.network = network  # the Kubernetes layer puts its EKS node group in this subnet
         self.inventory = _inventory(cfg, nodes, network.availability_zone)
         self.register_outputs(
             {
