@@ -25,3 +25,21 @@ pulumi.export("directoryBucket", cluster.directory_bucket)
 pulumi.export("checkpointBucket", cluster.checkpoint_bucket)
 pulumi.export("instanceType", config.instance.name)
 pulumi.export("nodeCount", config.node_count)
+
+if config.kubernetes is not None:  # only stacks that ask for Kubernetes pay for its imports
+    from components.kubernetes.component import GpuKubernetes, KubernetesArgs
+
+    gpu_k8s = GpuKubernetes(
+        config.stack,
+        KubernetesArgs(
+            config=config,
+            vpc_id=cluster.network.vpc_id,
+            subnet_id=cluster.network.subnet_id,
+            security_group_id=cluster.network.security_group_id,
+            placement_group=cluster.placement_group_name,
+        ),
+        opts=pulumi.ResourceOptions(parent=cluster),
+    )
+    pulumi.export("kubernetes", config.kubernetes.mode)
+    if gpu_k8s.kubeconfig is not None:
+        pulumi.export("kubeconfig", gpu_k8s.kubeconfig)  # a secret output
