@@ -70,7 +70,24 @@ def run_preview(project_dir: Path, stack: str) -> PreviewResult:
         raise ProgramError(f"the Pulumi program failed under the mock engine: {exc}") from exc
     if run.duplicates:
         raise ProgramError(f"duplicate resource URNs (the real engine would refuse): {', '.join(run.duplicates)}")
+    _check_kubernetes_schema(cfg, run)
     return PreviewResult(cfg, run, estimate(cfg))
+
+
+def _check_kubernetes_schema(cfg: StackConfig, run: Any) -> None:
+    """Every Kubernetes object must pass the API schema (strict) of the stack's version."""
+    from components.kubernetes.schema import recorded_manifests, validate_manifests
+
+    docs = recorded_manifests(run.resources)
+    if not docs:
+        return
+    version = cfg.kubernetes.version if cfg.kubernetes else "1.33"
+    problems = validate_manifests(docs, version)
+    if problems:
+        raise ProgramError(
+            f"{len(problems)} Kubernetes object(s) fail the Kubernetes {version} schema: "
+            + "; ".join(f"{p.obj}: {p.error}" for p in problems)
+        )
 
 
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
