@@ -54,7 +54,7 @@ def _print_table(result: PreviewResult) -> None:
     custom = sum(r.custom for r in result.run.resources)
     console.print(f"\n{custom} resources, {len(result.run.resources) - custom} components/stack\n")
 
-    outputs = dict(result.run.outputs)
+    outputs = dict(result.to_dict()["outputs"])  # secrets (the kubeconfig) redacted, as in JSON
     inventory = outputs.pop("inventory", None)
     out = Table(title="outputs", show_header=False, box=None)
     for key in sorted(outputs):
