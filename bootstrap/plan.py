@@ -68,7 +68,23 @@ class NodePlan:
         return self.efa_interfaces > 0
 
     def expected(self, v: Versions) -> dict[str, Any]:
-        """What the status file promises (etc/gpuforge/expected.json): validate compares against it."""
+        """What the status file promises (etc/gpuforge/expected.json): validate compares against it.
+
+        `versions` lists only what this node pins: a key the node does not install is absent, and
+        with a driver the AMI brought, driver and fabric manager are observed, not pinned."""
+        pinned_driver = not self.driver_preinstalled
+        versions = {
+            "driver": v.nvidia_driver.version if pinned_driver else None,
+            "fabric_manager": v.nvidia_driver.version if self.nvswitch and pinned_driver else None,
+            "cuda": self.cuda.cuda,
+            "nccl": self.cuda.nccl if self.nccl else None,
+            "efa_installer": v.efa_installer.version if self.efa else None,
+            "aws_ofi_nccl": v.aws_ofi_nccl.version if self.efa else None,
+            "nvidia_container_toolkit": v.nvidia_container_toolkit.version,
+            "dcgm": v.dcgm.version,
+            "nccl_tests": v.nccl_tests.version if self.nccl else None,
+            "ngc_image": self.image,
+        }
         return {
             "node": self.node_name,
             "stack": self.stack,
@@ -84,18 +100,7 @@ class NodePlan:
                 "mig_layout": list(self.mig_layout),
                 "driver_preinstalled": self.driver_preinstalled,
             },
-            "versions": {
-                "driver": v.nvidia_driver.version,
-                "fabric_manager": v.nvidia_driver.version if self.nvswitch else None,
-                "cuda": self.cuda.cuda,
-                "nccl": self.cuda.nccl if self.nccl else None,
-                "efa_installer": v.efa_installer.version if self.efa else None,
-                "aws_ofi_nccl": v.aws_ofi_nccl.version if self.efa else None,
-                "nvidia_container_toolkit": v.nvidia_container_toolkit.version,
-                "dcgm": v.dcgm.version,
-                "nccl_tests": v.nccl_tests.version if self.nccl else None,
-                "ngc_image": self.image,
-            },
+            "versions": {k: val for k, val in versions.items() if val is not None},
         }
 
 

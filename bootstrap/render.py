@@ -100,6 +100,7 @@ def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
         "base_packages": BASE_PACKAGES,
         "ctk_packages": CONTAINER_TOOLKIT_PACKAGES,
         "v": v,
+        "expected": plan.expected(v),
     }
 
 
@@ -109,7 +110,6 @@ def _render_files(plan: NodePlan, v: Versions) -> dict[str, str]:
     files = {
         "opt/gpuforge/lib.sh": env.get_template("lib.sh.j2").render(ctx),
         "opt/gpuforge/bin/gpuforge-bootstrap": env.get_template("runner.sh.j2").render(ctx),
-        "opt/gpuforge/bin/gpuforge-status": env.get_template("status.py.j2").render(ctx),
         "etc/gpuforge/expected.json": json.dumps(plan.expected(v), indent=2, sort_keys=True) + "\n",
         "etc/systemd/system/gpuforge-bootstrap.service": env.get_template("gpuforge-bootstrap.service.j2").render(ctx),
     }

@@ -1,0 +1,199 @@
+"""Run the rendered bootstrap for real, in a temp root, with stand-in system commands.
+
+The sandbox writes the user data's `write_files` under a temp root (as cloud-init would), builds
+a PATH holding only the stand-ins (tests/bootstrap/fakes/fake, under each command's name) and an
+allowlist of harmless real tools, and runs the phase runner with GPUFORGE_ROOT pointing at the
+root. A command the phases call that is neither faked nor allowlisted is "not found", so nothing
+can touch the host. Downloads come from fixture tarballs whose digests the test pins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bootstrap.render import RenderedBootstrap, render_user_data
+from bootstrap.versions import Versions, load_versions
+from components.config import StackConfig
+
+FAKE = Path(__file__).resolve().parent / "fakes" / "fake"
+FAKED = (
+    "apt-get", "apt-mark", "dpkg-query", "nvidia-smi", "nv-fabricmanager", "systemctl", "hostnamectl", "modprobe",
+    "mdadm", "mkfs.ext4", "blkid", "findmnt", "mount", "mountpoint", "gpg", "curl", "docker", "nvidia-ctk",
+    "fi_info", "make",
+)  # fmt: skip
+REAL = (
+    "bash", "sh", "tar", "gzip", "sha256sum", "sha512sum", "md5sum", "python3", "flock", "sleep", "seq", "readlink",
+    "sort", "sed", "grep", "cut", "tr", "paste", "cat", "mkdir", "rm", "mv", "cp", "chmod", "touch", "date",
+    "dirname", "basename", "mktemp", "env", "ls", "head", "tail", "wc", "uniq", "timeout", "nproc", "uname", "awk",
+)  # fmt: skip
+SECRETS = {"FAKE_NGC_KEY": "nvapi-TEST-SECRET-0123456789", "FAKE_AWS_SECRET": "aws-secret-TEST-9876543210"}
+
+
+def _targz(members: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o755
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def fixture_downloads(v: Versions) -> dict[str, bytes]:
+    """Tarballs and keys the phases download, as small stand-ins that record what runs."""
+    rec = 'printf "%s\\t%s\\n" "$(basename "$0")" "$*" >>"$FAKE_STATE/calls.log"\n'
+    efa_script = (
+        "#!/bin/bash\nset -e\n" + rec + 'mkdir -p "$GPUFORGE_ROOT/opt/amazon/openmpi"\n'
+        f'echo "# EFA installer version: {v.efa_installer.version}" >"$GPUFORGE_ROOT/opt/amazon/efa_installed_packages"\n'
+    )
+    configure = (
+        "#!/bin/bash\nset -e\n" + rec + 'for a; do case "$a" in --prefix=*) echo "${a#--prefix=}" >.prefix;; esac; done\n'
+    )
+    ofi_dir = f"aws-ofi-nccl-{v.aws_ofi_nccl.version}"
+    tests_dir = f"nccl-tests-{v.nccl_tests.version.lstrip('v')}"
+    return {
+        Path(v.efa_installer.resolved_url).name: _targz({"aws-efa-installer/efa_installer.sh": efa_script}),
+        Path(v.aws_ofi_nccl.resolved_url).name: _targz({f"{ofi_dir}/configure": configure}),
+        Path(v.nccl_tests.resolved_url).name: _targz({f"{tests_dir}/src/common.h": "/* fake */\n"}),
+        # The fake gpg reports a key file's content as its fingerprint.
+        v.cuda_repo.key_file: v.cuda_repo.key_fingerprint.encode(),
+        Path(v.nvidia_container_toolkit.key_url).name: v.nvidia_container_toolkit.key_fingerprint.encode(),
+    }
+
+
+def pinned_to_fixtures(v: Versions, downloads: dict[str, bytes]) -> Versions:
+    """The shipped manifest, with download digests replaced by the fixtures' (the digest check runs for real)."""
+
+    def digest(url: str, algo: str) -> str:
+        return hashlib.new(algo, downloads[Path(url).name]).hexdigest()
+
+    return v.model_copy(
+        update={
+            "efa_installer": v.efa_installer.model_copy(update={"sha256": digest(v.efa_installer.resolved_url, "sha256")}),
+            "aws_ofi_nccl": v.aws_ofi_nccl.model_copy(update={"sha512": digest(v.aws_ofi_nccl.resolved_url, "sha512")}),
+            "nccl_tests": v.nccl_tests.model_copy(update={"sha256": digest(v.nccl_tests.resolved_url, "sha256")}),
+        }
+    )
+
+
+@dataclass
+class Sandbox:
+    tmp: Path
+    cfg: StackConfig
+    node_name: str | None
+    render_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_overrides: dict[str, str] = field(default_factory=dict)
+    downloads: dict[str, bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.root = self.tmp / "root"
+        self.state = self.tmp / "fake-state"
+        self.bin = self.tmp / "bin"
+        self.dl = self.tmp / "downloads"
+        base = load_versions()
+        downloads = self.downloads if self.downloads is not None else fixture_downloads(base)
+        self.versions = pinned_to_fixtures(base, fixture_downloads(base))
+        self.rendered: RenderedBootstrap = render_user_data(
+            self.cfg, self.node_name, versions=self.versions, **self.render_kwargs
+        )
+        for d in (self.root, self.state, self.bin, self.dl):
+            d.mkdir(parents=True, exist_ok=True)
+        for name, data in downloads.items():
+            (self.dl / name).write_bytes(data)
+        for name in FAKED:
+            (self.bin / name).symlink_to(FAKE)
+        for name in REAL:
+            real = shutil.which(name)
+            assert real, f"sandbox needs {name} on this machine"
+            (self.bin / name).symlink_to(real)
+        self._install_user_data()
+        self._make_devices()
+
+    def _install_user_data(self) -> None:
+        # What cloud-init's write_files does, from the user data itself (not from .files).
+        doc = yaml.safe_load(self.rendered.files["user-data.yaml"])
+        for entry in doc["write_files"]:
+            path = self.root / entry["path"].lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(entry["content"])
+            path.chmod(int(entry["permissions"], 8))
+        self.runcmd: list[list[str]] = doc["runcmd"]
+        (self.root / "etc").mkdir(exist_ok=True)
+        (self.root / "etc/fstab").write_text("LABEL=cloudimg-rootfs / ext4 discard,errors=remount-ro 0 1\n")
+        (self.root / "etc/hosts").write_text("127.0.0.1 localhost\n")
+
+    def _make_devices(self) -> None:
+        byid = self.root / "dev/disk/by-id"
+        byid.mkdir(parents=True)
+        dev = self.root / "dev"
+
+        def disk(name: str, *links: str) -> None:
+            (dev / name).touch()
+            for link in links:
+                (byid / link).symlink_to(f"../../{name}")
+
+        disk("nvme0n1", "nvme-Amazon_Elastic_Block_Store_vol0root00000000000")
+        (dev / "nvme0n1p1").touch()
+        (byid / "nvme-Amazon_Elastic_Block_Store_vol0root00000000000-part1").symlink_to("../../nvme0n1p1")
+        n_store = int(self.env_overrides.get("FAKE_NVME", self.cfg.instance.nvme_count))
+        for i in range(n_store):
+            disk(f"nvme{i + 1}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i:016X}")
+        if self.cfg.profile.storage.data_volume is not None and self.env_overrides.get("FAKE_NO_DATA_VOLUME") != "1":
+            disk(f"nvme{n_store + 1}n1", "nvme-Amazon_Elastic_Block_Store_vol0data1234567890ab")
+
+    def env(self) -> dict[str, str]:
+        env = {
+            "PATH": str(self.bin),
+            "HOME": str(self.tmp),
+            "LANG": "C",
+            "GPUFORGE_ROOT": str(self.root),
+            "GPUFORGE_POLL_S": "0",
+            "FAKE_STATE": str(self.state),
+            "FAKE_DOWNLOADS": str(self.dl),
+            "FAKE_GPU_NAME": self.rendered.plan.gpu_name if self.rendered.plan else "",
+            "FAKE_GPU_COUNT": str(self.cfg.instance.gpu_count),
+            "FAKE_EFA_DEVICES": str(self.cfg.instance.efa_interfaces),
+            "FAKE_NAME_TAG": "tagged-node-7",
+            **SECRETS,
+        }
+        env.update(self.env_overrides)
+        return env
+
+    def run(self, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.root / c.lstrip("/")) for c in self.runcmd[0]]
+        self.calls_before = len(self.calls())
+        return subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False)
+
+    def calls(self) -> list[list[str]]:
+        log = self.state / "calls.log"
+        if not log.exists():
+            return []
+        return [line.split("\t") for line in log.read_text().splitlines()]
+
+    def last_run_calls(self) -> list[list[str]]:
+        return self.calls()[self.calls_before :]
+
+    def status(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads((self.root / "var/lib/gpuforge/bootstrap-status.json").read_text())
+        return doc
+
+    def log(self) -> str:
+        return (self.root / "var/log/gpuforge/bootstrap.log").read_text()
+
+
+def installs(calls: list[list[str]]) -> list[str]:
+    """Package specs passed to `apt-get install`, in order."""
+    return [a for c in calls if c[:2] == ["apt-get", "install"] for a in c[2:] if not a.startswith("-")]
