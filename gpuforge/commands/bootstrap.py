@@ -1,0 +1,58 @@
+"""`gpuforge bootstrap render`: write a stack's EC2 user data and every script in it, for inspection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bootstrap.render import USER_DATA_FILE, render_user_data
+from components.config import parse_stack_config
+from gpuforge.errors import InputError
+from gpuforge.results import atomic_write
+from gpuforge.stackfile import load_stack_config
+
+
+@click.group("bootstrap")
+def command() -> None:
+    """Node bootstrap (EC2 user data): driver, CUDA, fabric manager, EFA, containers, NGC."""
+
+
+@command.command("render")
+@click.option("--stack", "-s", required=True, help="Stack name (stacks/Pulumi.<stack>.yaml).")
+@click.option("--node", "node", default=None, help="Node name; default: the launch template's generic node.")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output directory.")
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory holding Pulumi.yaml.",
+)
+def render(stack: str, node: str | None, out: Path, project_dir: Path) -> None:
+    """Render the user data of one node (or the launch template's) into OUT.
+
+    OUT/user-data.yaml is the cloud-config; OUT/user-data.b64 is what the launch template
+    carries (base64 of the bytes EC2 receives: gzip when the plain text would exceed 16 KB);
+    the scripts land under OUT at their paths on the node (opt/gpuforge/..., etc/...).
+
+    \b
+    Example:
+      gpuforge bootstrap render --stack risk-sim --node risk-sim-0 --out out/risk-sim
+    """
+    raw, _secrets = load_stack_config(project_dir.resolve(), stack)
+    cfg = parse_stack_config(raw, stack)
+    rendered = render_user_data(cfg, node)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory", "pass a directory path")
+    for rel, text in rendered.files.items():
+        atomic_write(out / rel, text)
+    atomic_write(out / "user-data.b64", rendered.user_data_base64 + "\n")
+    plain = len(rendered.files[USER_DATA_FILE].encode())
+    how = "gzip" if rendered.compressed else "plain"
+    click.echo(
+        f"{stack} {node or '(launch template)'}: user data {len(rendered.user_data)} bytes ({how}; "
+        f"{plain} plain), {len(rendered.files)} files in {out}"
+    )
+    phases = rendered.plan.phases if rendered.plan else ()
+    click.echo("phases: " + " -> ".join(p.name for p in phases))
