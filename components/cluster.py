@@ -13,6 +13,8 @@ from components.ami import lookup_ami
 from components.compute import DataVolumeSpec, GpuNodes, NodesArgs
 from components.config import StackConfig
 from components.network import GpuNetwork, NetworkArgs
+from components.operations import declare_operations
+from components.purchase import capacity_reservation, checkpoint_command, market_options
 from components.storage import ClusterStorage, StorageArgs
 
 
@@ -83,7 +85,7 @@ class GpuCluster(pulumi.ComponentResource):
             NodesArgs(
                 instance=cfg.instance,
                 # On EKS the managed node group runs the GPU nodes (components/kubernetes/eks.py).
-                node_names=() if eks else node_names(cfg.stack, cfg.node_count),
+                node_names=() if eks or cfg.fleet.autoscaling else node_names(cfg.stack, cfg.node_count),
                 ami_id=ami_id,
                 subnet_id=network.subnet_id,
                 availability_zone=network.availability_zone,
@@ -92,15 +94,20 @@ class GpuCluster(pulumi.ComponentResource):
                 bucket_arns=[storage.checkpoint_bucket_arn],
                 directory_bucket_arn=storage.directory_bucket_arn,
                 root_volume_gib=cfg.root_volume_gib,
-                user_data_b64=lambda node: render_user_data(cfg, node).user_data_base64,
+                user_data_b64=lambda node: render_user_data(
+                    cfg, node, checkpoint_command=checkpoint_command(cfg)
+                ).user_data_base64,
                 public_ip=cfg.public_ips and cfg.vpc_id is None,
                 key_name=cfg.key_name,
                 data_volume=DataVolumeSpec(dv.type, dv.size_gib) if dv else None,
                 ngc_parameter_arn=ngc_arn,
                 tags=tags,
+                market_options=market_options(cfg.fleet),
+                capacity_reservation=capacity_reservation(cfg.fleet),
             ),
             opts=child,
         )
+        declare_operations(name, cfg, nodes.launch_template_id, network.subnet_id, pg.name, parent=self)
 
         self.placement_group_name = pg.name
         self.directory_bucket = storage.directory_bucket_name

@@ -45,6 +45,9 @@ class NodesArgs:
     data_volume: DataVolumeSpec | None = None
     ngc_parameter_arn: pulumi.Input[str] | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # Purchase option (components/purchase.py): spot / capacity-block market, reservation target.
+    market_options: aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None = None
+    capacity_reservation: aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,8 @@ class GpuNodes(pulumi.ComponentResource):
             ],
             network_interfaces=network_interfaces(args.instance, args.subnet_id, args.security_group_id, args.public_ip),
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=args.placement_group),
+            instance_market_options=args.market_options,
+            capacity_reservation_specification=args.capacity_reservation,
             user_data=args.user_data_b64(None),
             update_default_version=True,
             tag_specifications=[
