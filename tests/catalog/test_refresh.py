@@ -179,3 +179,25 @@ def test_write_all_or_none_rolls_back_a_failed_swap(tmp_path: Path, monkeypatch:
         write_all_or_none({a: "new a", b: "new b", c: "new c"})
     assert (a.read_text(), b.read_text(), c.exists()) == ("old a", "old b", False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "b.csv"]  # no staged or backup files left
+
+
+def test_pricing_reply_parser() -> None:
+    # moto has no Pricing backend, so the parser is tested on a PriceList item in the documented
+    # get_products shape (a JSON string per product; hand-written here, not captured from AWS).
+    from components.catalog.refresh import _usd_per_hour
+
+    item = json.dumps(
+        {
+            "product": {"attributes": {"instanceType": "p4d.24xlarge", "regionCode": "us-east-1"}},
+            "terms": {
+                "OnDemand": {
+                    "X.JRTCKXETXF": {
+                        "priceDimensions": {"X.JRTCKXETXF.6YS6EN2CT7": {"unit": "Hrs", "pricePerUnit": {"USD": "21.9576000000"}}}
+                    }
+                }
+            },
+        }
+    )
+    assert _usd_per_hour([item]) == 21.9576
+    assert _usd_per_hour([json.dumps({"terms": {"OnDemand": {}}})]) is None
+    assert _usd_per_hour([]) is None
