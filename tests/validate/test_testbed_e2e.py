@@ -128,3 +128,23 @@ def test_hung_command_times_out_and_node_stays_usable(bed: Testbed) -> None:
         assert after.ok and after.stdout.strip() == "ok"
     finally:
         transport.close()
+
+
+@pytest.mark.parametrize("bed", [4], indirect=True)
+def test_cli_json_junit_evidence_and_exit_code(bed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuforge.cli import main
+
+    bed.shape(3, RATE_MBIT / 2)
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps(bed.inventory(expect={"link_gbps": RATE_MBIT / 1000})))
+    out, junit = tmp_path / "ev", tmp_path / "junit.xml"
+    args = ["validate", "--inventory", str(inv), "--checks", "network", "--format", "json", "--out", str(out)]
+    with pytest.raises(SystemExit) as ex:
+        main([*args, "--junit", str(junit), "--iperf-seconds", "2", "--connect-timeout", "2"])
+    doc = json.loads(capsys.readouterr().out)
+    assert ex.value.code == 1
+    assert doc["context"]["localisation"]["slow_nodes"] == ["node3"]
+    assert doc["context"]["matrix_gbps"]["node3"]["node4"] < 0.8 * RATE_MBIT / 1000
+    assert {n["state"] for n in doc["context"]["nodes"].values()} == {"ok"}
+    assert "<failure" in junit.read_text() and json.loads((out / "report.json").read_text()) == doc
+    assert json.loads((out / "versions.json").read_text())["iperf3"]["node1"].startswith("iperf 3")
