@@ -1,0 +1,194 @@
+"""GpuKubernetes under the SDK mock engine: the objects, their wiring per profile, and schema
+validity of every recorded kubernetes:* resource."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.kubernetes.schema import recorded_manifests, validate_manifests
+from gpuforge.cli import main
+from gpuforge.preview import run_preview
+
+ROOT = Path(__file__).resolve().parents[2]
+NLP = {"aws:region": "us-east-1", "gpuforge:profile": "nlp-inference", "gpuforge:azId": "use1-az5",
+       "gpuforge:kubernetes": "eks"}
+CV = {"aws:region": "us-east-1", "gpuforge:profile": "cv-training", "gpuforge:azId": "use1-az4",
+      "gpuforge:kubernetes": "eks"}
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    return run_preview(ROOT, "nlp-inference")  # the committed stack file
+
+
+def project(tmp_path: Path, config: dict) -> Path:
+    proj = tmp_path / "proj"
+    (proj / "stacks").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "Pulumi.yaml", proj / "Pulumi.yaml")
+    shutil.copy(ROOT / "__main__.py", proj / "__main__.py")
+    (proj / "stacks" / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": config}))
+    return proj
+
+
+def one(run, typ: str, name_part: str = ""):
+    found = [r for r in run.of_type(typ) if name_part in r.name]
+    assert len(found) == 1, [r.name for r in run.of_type(typ)]
+    return found[0]
+
+
+def test_nlp_inference_stack_asks_for_eks(nlp):
+    assert nlp.config.kubernetes is not None and nlp.config.kubernetes.mode == "eks"
+
+
+def test_device_plugin_time_slices_each_t4_four_ways(nlp):
+    cm = one(nlp.run, "kubernetes:core/v1:ConfigMap", "device-plugin")
+    cfg = yaml.safe_load(cm.inputs["data"]["config.yaml"])
+    assert cfg["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert cfg["flags"]["migStrategy"] == "none"
+    ds = one(nlp.run, "kubernetes:apps/v1:DaemonSet")
+    pod = ds.inputs["spec"]["template"]["spec"]
+    assert pod["volumes"][1]["configMap"]["name"] == cm.inputs["metadata"]["name"]
+    assert pod["containers"][0]["args"] == ["--config-file=/config/config.yaml"]
+
+
+def test_quota_is_capacity_less_headroom_split_over_teams(nlp):
+    # 2 nodes x 1 T4 x 4 shares = 8; x (1 - 20%) = 6.4; two teams -> 3 each (rounded down).
+    # CPU 2 x 32 vCPU x 0.8 / 2 = 25.6; memory 2 x 128 GiB x 0.8 / 2 = 102.4 GiB.
+    quotas = nlp.run.of_type("kubernetes:core/v1:ResourceQuota")
+    assert sorted(q.inputs["metadata"]["namespace"] for q in quotas) == ["inference", "research"]
+    for q in quotas:
+        hard = q.inputs["spec"]["hard"]
+        assert hard["requests.nvidia.com/gpu"] == "3"
+        assert hard["requests.cpu"] == "25600m"
+        assert hard["requests.memory"] == f"{int(102.4 * 1024)}Mi"
+    total = sum(int(q.inputs["spec"]["hard"]["requests.nvidia.com/gpu"]) for q in quotas)
+    assert total <= 8 * 0.85  # at least 15% of the shares stay free
+    assert len(nlp.run.of_type("kubernetes:core/v1:LimitRange")) == 2
+
+
+def test_taints_tolerations_and_labels_match(nlp):
+    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup")
+    taint = ng.inputs["taints"][0]
+    assert (taint["key"], taint["effect"]) == ("nvidia.com/gpu", "NO_SCHEDULE")
+    label_key = "gpuforge.io/gpu"
+    assert ng.inputs["labels"][label_key] == "true"
+    for typ in ("kubernetes:apps/v1:DaemonSet", "kubernetes:apps/v1:Deployment"):
+        pod = one(nlp.run, typ).inputs["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {label_key: "true"}
+        assert any(t["key"] == taint["key"] and t["effect"] == "NoSchedule" and t["operator"] == "Exists"
+                   for t in pod["tolerations"])
+
+
+def test_inference_service_requests_one_share_and_scales_within_quota(nlp):
+    dep = one(nlp.run, "kubernetes:apps/v1:Deployment")
+    spec = dep.inputs["spec"]
+    c = spec["template"]["spec"]["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1" == c["resources"]["requests"]["nvidia.com/gpu"]
+    assert {e["name"]: e["value"] for e in c["env"]} == {"MAX_BATCH_SIZE": "32", "MAX_BATCH_DELAY_MS": "10"}
+    assert spec["template"]["spec"]["priorityClassName"] == "gpuforge-inference"
+    hpa = one(nlp.run, "kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 3)  # max = the team's 3 shares
+    assert hpa["scaleTargetRef"]["name"] == dep.inputs["metadata"]["name"]
+    svc = one(nlp.run, "kubernetes:core/v1:Service").inputs["spec"]
+    assert svc["selector"] == spec["selector"]["matchLabels"]
+    pdb = one(nlp.run, "kubernetes:policy/v1:PodDisruptionBudget").inputs["spec"]
+    assert pdb["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+
+def test_priority_classes_put_inference_above_preemptible_training(nlp):
+    pcs = {p.inputs["metadata"]["name"]: p.inputs for p in nlp.run.of_type("kubernetes:scheduling.k8s.io/v1:PriorityClass")}
+    assert pcs["gpuforge-inference"]["value"] > pcs["gpuforge-training-preemptible"]["value"]
+    assert pcs["gpuforge-training-preemptible"]["preemptionPolicy"] == "Never"
+
+
+def test_eks_is_private_and_least_privilege(nlp):
+    cluster = one(nlp.run, "aws:eks/cluster:Cluster").inputs
+    assert cluster["vpcConfig"]["endpointPrivateAccess"] is True
+    assert cluster["vpcConfig"]["endpointPublicAccess"] is False
+    assert len(cluster["vpcConfig"]["subnetIds"]) == 2  # EKS needs two AZs
+    attached = sorted(a.inputs["policyArn"].rsplit("/", 1)[1]
+                      for a in nlp.run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+                      if "eks-node" in a.name)
+    assert attached == ["AmazonEC2ContainerRegistryReadOnly", "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy"]
+    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup").inputs
+    assert ng["instanceTypes"] == ["g4dn.8xlarge"] and ng["scalingConfig"]["desiredSize"] == 2
+    lt = one(nlp.run, "aws:ec2/launchTemplate:LaunchTemplate", "eks-lt").inputs
+    assert lt["placement"]["groupName"] == "nlp-inference-pg"
+    assert lt["metadataOptions"]["httpTokens"] == "required"
+    assert not nlp.run.of_type("aws:ec2/instance:Instance")  # the node group runs the GPU nodes
+
+
+def test_kubeconfig_is_a_secret_output(nlp):
+    assert nlp.to_dict()["outputs"]["kubeconfig"] == "[secret]"
+    provider = one(nlp.run, "pulumi:providers:kubernetes")
+    assert "certificate-authority-data" not in json.dumps(nlp.to_dict()["resources"])
+    assert provider.inputs  # the provider got a kubeconfig (redacted in reports)
+
+
+def test_every_recorded_kubernetes_object_is_schema_valid(nlp):
+    docs = recorded_manifests(nlp.run.resources)
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == ["ConfigMap", "DaemonSet", "Deployment", "HorizontalPodAutoscaler", "LimitRange", "Namespace",
+                     "PodDisruptionBudget", "PriorityClass", "ResourceQuota", "Service"]
+    assert validate_manifests(docs, "1.33") == []
+
+
+def test_schema_validation_catches_a_broken_object(nlp):
+    ds = dict(recorded_manifests(nlp.run.of_type("kubernetes:apps/v1:DaemonSet"))[0])
+    ds["spec"] = {**ds["spec"], "replicas": 2}  # DaemonSets have no replicas
+    problems = validate_manifests([ds], "1.33")
+    assert len(problems) == 1
+    assert problems[0].obj == "DaemonSet/nvidia-device-plugin/nvidia-device-plugin"
+    assert "replicas" in problems[0].error
+
+
+def test_training_profile_shares_nothing_and_has_no_service(tmp_path):
+    res = run_preview(project(tmp_path, CV), "t")
+    cfg = yaml.safe_load(one(res.run, "kubernetes:core/v1:ConfigMap").inputs["data"]["config.yaml"])
+    assert "sharing" not in cfg
+    assert not res.run.of_type("kubernetes:apps/v1:Deployment")
+    # 8 A100 x 0.8 / 2 teams = 3.2 -> 3 each
+    for q in res.run.of_type("kubernetes:core/v1:ResourceQuota"):
+        assert q.inputs["spec"]["hard"]["requests.nvidia.com/gpu"] == "3"
+
+
+def cli(args: list[str], capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    return int(exc.value.code or 0), capsys.readouterr().err
+
+
+def test_existing_cluster_needs_a_secret_kubeconfig(tmp_path, capsys):
+    base = {**NLP, "gpuforge:kubernetes": "existing"}
+    proj = project(tmp_path, {**base, "gpuforge:kubeconfig": "apiVersion: v1"})
+    code, err = cli(["preview", "--stack", "t", "--project-dir", str(proj)], capsys)
+    assert code == 2 and "gpuforge:kubeconfig" in err and "--secret" in err and "Traceback" not in err
+    proj = project(tmp_path, {**base, "gpuforge:kubeconfig": {"secure": "v1:abc:def"}})
+    res = run_preview(proj, "t")
+    assert not res.run.of_type("aws:eks/cluster:Cluster")
+    assert res.run.of_type("aws:ec2/instance:Instance")  # the stack's own nodes, joined by the user
+    assert one(res.run, "pulumi:providers:kubernetes")
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "hint"),
+    [
+        ({"gpuforge:inferenceReplicas": 4}, "gpuforge:inferenceReplicas", "at most 3"),
+        ({"gpuforge:eksPublicAccessCidrs": ["0.0.0.0/0"]}, "gpuforge:eksPublicAccessCidrs", "whole internet"),
+        ({"gpuforge:kubernetesTeams": ["Team A"]}, "gpuforge:kubernetesTeams", "DNS label"),
+        ({"gpuforge:gpuHeadroomPercent": 5}, "gpuforge:gpuHeadroomPercent", "15"),
+        ({"gpuforge:kubernetesVersion": "1.20"}, "gpuforge:kubernetesVersion", "1.33"),
+        ({"gpuforge:kubernetes": "existing"}, "gpuforge:kubeconfig", "--secret"),
+        ({"gpuforge:kubernetes": "gke"}, "gpuforge:kubernetes", "eks"),
+    ],
+)
+def test_bad_kubernetes_config_exits_2(tmp_path, capsys, extra, key, hint):
+    proj = project(tmp_path, {**NLP, **extra})
+    code, err = cli(["preview", "--stack", "t", "--project-dir", str(proj)], capsys)
+    assert code == 2, err
+    assert err.startswith("error: ") and key in err and hint in err and "Traceback" not in err
