@@ -119,7 +119,9 @@ def run(ctx: Context) -> list[CheckResult]:
     needed = ctx.vcpus_needed
     spare = spare_nodes() * ctx.instance.vcpus
     out: list[CheckResult] = []
-    # The stacks launch on-demand nodes: that quota decides; the spot one is reported for planning.
+    # The stack's purchase option picks the quota that decides; the other is reported for planning.
+    # Instances in capacity reservations and blocks are on-demand instances for quota purposes.
+    spot_stack = ctx.cfg.fleet.purchase_option == "spot"
     for check, code, spot in ((CHECK_ON_DEMAND, qc.on_demand, False), (CHECK_SPOT, qc.spot, True)):
         limit = _limit(ctx, code)
         expected = {"needed": needed, "spare": spare, "quota_code": code}
@@ -132,9 +134,11 @@ def run(ctx: Context) -> list[CheckResult]:
             continue
         r = evaluate(check, code=code, label=qc.label, region=ctx.region, limit=limit, in_use=in_use,
                      needed=needed, spare=spare)
-        if spot and r.level is not Level.PASS:  # informational: no stack launches spot nodes yet
-            r = result(check, Level.INFO, r.observed, r.expected, f"spot (not used by this stack): {r.message}")
-        if not spot:
+        deciding = spot == spot_stack
+        if not deciding and r.level is not Level.PASS:
+            used = "spot" if spot else "on-demand"
+            r = result(check, Level.INFO, r.observed, r.expected, f"{used} (not used by this stack): {r.message}")
+        if deciding:
             ctx.evidence.quota_ok = r.level is not Level.ERROR
         out.append(r)
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from components.catalog import Catalog, load_catalog
 from components.config import PROJECT, StackConfig, parse_stack_config
 from gpuforge.errors import ConfigError
-from gpuforge.preflight import account, capacity, compute, quota, resources, storage
+from gpuforge.preflight import account, capacity, compute, quota, resources, spot, storage
 from gpuforge.preflight.aws import Aws
 from gpuforge.preflight.context import Context, Evidence
 from gpuforge.preflight.outcome import result
@@ -79,6 +79,9 @@ def run_preflight(
     report.add(compute.instance_facts(ctx))
     report.add(quota.run(ctx))
     report.add(capacity.reservations(ctx))
+    if cfg.fleet.purchase_option == "spot":
+        report.add(spot.prices(ctx))
+        report.add(spot.placement_scores(ctx))
     report.add(storage.availability(ctx))
     ami_results, image_id = resources.ami(ctx)
     report.add(ami_results)

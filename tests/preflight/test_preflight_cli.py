@@ -248,3 +248,20 @@ def test_table_output(aws_env: str, project: Path, quotas: Quotas, image_id: str
     assert r.exit_code == 0
     assert "preflight cv-training (us-east-1)" in r.stdout  # rich folds cells at CliRunner's 80 columns
     assert "AZ: use1-az4: offering, S3 Express One Zone and vCPU quota line up" in r.stdout
+
+
+def test_spot_stack_uses_spot_quota_and_prices(aws_env: str, project: Path, quotas: Quotas, image_id: str,
+                                               set_stack: Edit) -> None:
+    quotas({G_ON_DEMAND: 0, "L-3819A6DF": 128})  # no on-demand G quota at all: a spot stack does not need it
+    set_stack("nlp-inference", amiId=image_id, purchaseOption="spot")
+    code, doc = preflight(project, "nlp-inference")
+    results = by_check(doc)
+    assert results["quota.spot-vcpus"]["level"] == "pass"
+    assert results["quota.on-demand-vcpus"]["level"] == "info"
+    price = results["spot.price"]
+    assert price["level"] == "info"
+    # moto's spot history is placeholder data (0.00001 everywhere); the AZ IDs are what is checked.
+    assert set(price["observed"]) == {"use1-az1", "use1-az2", "use1-az4", "use1-az5", "use1-az6"}
+    assert results["spot.placement-score"]["level"] == "unknown"  # moto does not serve GetSpotPlacementScores
+    assert doc["context"]["az"]["chosen"] == "use1-az5"
+    assert code == 0
