@@ -52,7 +52,7 @@ def _handler(sc: Scenario) -> type[BaseHTTPRequestHandler]:
             path = urlparse(self.path).path
             sc.requests.append((method, self.path))
             length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
+            body: dict[str, Any] = json.loads(self.rfile.read(length)) if length else {}
             if method == "GET" and path == "/api/v1/nodes":
                 return self._send(200, sc.nodes)
             if method == "GET" and path == "/api/v1/namespaces/nvidia-device-plugin/pods":
