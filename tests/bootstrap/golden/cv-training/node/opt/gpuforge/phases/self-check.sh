@@ -1,0 +1,30 @@
+#!/bin/bash
+# Rendered from bootstrap/templates/phases/self-check.sh.j2 -- edit the template, not this output.
+# Phase self-check: GPU count and model, driver/fabric manager versions, EFA provider
+# shellcheck source=../lib.sh
+. "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
+# The node is only done when it is what the profile promised. Every miss is listed, then the
+# phase fails, so the status file says `failed` and validate does not run on a half node.
+miss=()
+out=$(nvidia-smi --query-gpu=name,driver_version,persistence_mode --format=csv,noheader) || die "nvidia-smi fails"
+n=$(grep -c . <<<"$out")
+[ "$n" -eq 8 ] || miss+=("$n GPUs visible, expected 8")
+names=$(cut -d, -f1 <<<"$out" | sed 's/^ *//; s/ *$//' | sort -u | paste -sd/ -)
+[ "$names" = 'NVIDIA A100-SXM4-80GB' ] || miss+=("GPU model '$names', expected 'NVIDIA A100-SXM4-80GB'")
+drv=$(cut -d, -f2 <<<"$out" | tr -d ' ' | sort -u | paste -sd/ -)
+[ "$drv" = 550.90.07 ] || miss+=("driver $drv, expected 550.90.07")
+if grep -qv Enabled <<<"$(cut -d, -f3 <<<"$out")"; then miss+=("persistence mode is off on some GPU"); fi
+fm=$(nv-fabricmanager --version 2>/dev/null | sed -n 's/.*version is *: *//p')
+[ "$fm" = "$drv" ] || miss+=("fabric manager '${fm:-missing}' does not match driver $drv")
+systemctl is-active nvidia-fabricmanager >/dev/null 2>&1 || miss+=("nvidia-fabricmanager is not running")
+nefa=$(fi_info -p efa -t FI_EP_RDM 2>/dev/null | sed -n 's/^ *domain: *//p' | sort -u | grep -c . || true)
+[ "$nefa" -eq 4 ] || miss+=("$nefa EFA devices with the efa provider, expected 4")
+[ -e "$R/opt/aws-ofi-nccl/lib/libnccl-net.so" ] || miss+=("aws-ofi-nccl plugin missing")
+observe efa_devices "$nefa"
+grep -q 'Runtimes:.*nvidia' <<<"$(docker info 2>/dev/null)" || miss+=("docker has no nvidia runtime")
+mountpoint -q "$R"/scratch || miss+=("/scratch is not mounted")
+if [ "${#miss[@]}" -gt 0 ]; then
+  old=$IFS; IFS=';'; msg="self-check: ${miss[*]}"; IFS=$old
+  die "$msg"
+fi
+log "self-check passed: $n x $names, driver $drv"

@@ -1,0 +1,89 @@
+# gpuforge bootstrap library, sourced by the runner and every phase.
+# Rendered from bootstrap/templates/lib.sh.j2 -- edit the template, not this output.
+# GPUFORGE_ROOT prefixes every path so the tests can run the phases in a temp root.
+# shellcheck shell=bash disable=SC2034 # GF, LOG and STATUS are used by the scripts that source this
+set -Eeuo pipefail
+R="${GPUFORGE_ROOT:-}"
+GF="$R/opt/gpuforge"
+LOG="$R/var/log/gpuforge/bootstrap.log"
+STATE="$R/var/lib/gpuforge"
+STATUS="$STATE/bootstrap-status.json"
+PHASE="${GPUFORGE_PHASE:-runner}"
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf '%s [%s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$PHASE" "$*" >&2; }
+# die records why, so the runner can put it in the status file, then fails the phase.
+die() { log "FAILED: $*"; printf '%s\n' "$*" >"$STATE/last-error"; exit 1; }
+trap 'die "exit $? from: $BASH_COMMAND (line $LINENO)"' ERR
+# A phase that changed the node says so; a second run must leave every phase unchanged.
+changed() { log "changed: $*"; touch "$STATE/changed"; }
+
+# Phases record what they found with `observe KEY VALUE`; the runner puts it in the status file.
+observe() { mkdir -p "$STATE/observed"; printf '%s' "$2" >"$STATE/observed/$1"; }
+now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+
+# installed PKG [VERSION]: true when PKG is installed (at exactly VERSION if given).
+installed() {
+  local got
+  got=$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$1" 2>/dev/null) || return 1
+  [ "${got%% *}" = installed ] || return 1
+  [ -z "${2:-}" ] || [ "${got#* }" = "$2" ]
+}
+
+# apt_install PKG[=VERSION]...: installs only what is missing, so a second run installs nothing.
+apt_install() {
+  local missing=() spec
+  for spec in "$@"; do
+    if [[ $spec == *=* ]]; then installed "${spec%%=*}" "${spec#*=}" || missing+=("$spec")
+    else installed "$spec" || missing+=("$spec"); fi
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  if [ ! -f "$STATE/apt-updated" ]; then apt-get update -q; touch "$STATE/apt-updated"; fi
+  apt-get install -y -q --no-install-recommends --allow-downgrades "${missing[@]}"
+  changed "installed ${missing[*]}"
+}
+
+# hold PKG...: keep apt (and unattended-upgrades) from moving pinned packages.
+hold() {
+  local held
+  held=$(apt-mark showhold)
+  local p
+  for p in "$@"; do grep -qx "$p" <<<"$held" || { apt-mark hold "$p" >/dev/null; changed "held $p"; }; done
+}
+
+# IMDSv2 only (the launch template requires tokens).
+imds() {
+  local token
+  token=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
+  curl -sf -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/$1"
+}
+
+# fetch URL FILE [sha256|sha512 DIGEST]: download, then refuse a file whose digest differs.
+fetch() {
+  curl -fsSL --retry 5 --retry-delay 3 --max-time 600 -o "$2" "$1"
+  if [ -n "${4:-}" ]; then
+    echo "$4  $2" | "${3}sum" -c --quiet - || die "$1: $3 digest mismatch (expected $4)"
+  else
+    log "$1: no published digest pinned in versions.yaml; running it unverified"
+  fi
+}
+
+# apt_key URL FINGERPRINT NAME: install a repository key only if it is the pinned one.
+apt_key() {
+  local tmp="$STATE/$3.key" dest="$R/etc/apt/keyrings/$3.gpg"
+  [ -s "$dest" ] && return 0
+  curl -fsSL --retry 5 --retry-delay 3 --max-time 120 -o "$tmp" "$1"
+  grep -q "^fpr:*:$2:" <<<"$(gpg --show-keys --with-colons "$tmp")" || die "$1: key fingerprint is not $2"
+  mkdir -p "$R/etc/apt/keyrings"
+  gpg --dearmor <"$tmp" >"$dest.tmp" && mv "$dest.tmp" "$dest"
+  rm -f "$tmp" "$STATE/apt-updated"
+  changed "trusted key $3"
+}
+
+# put FILE CONTENT: write a config file only when its content differs (never append blindly).
+put() {
+  if [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; then return 0; fi
+  mkdir -p "$(dirname "$1")"
+  printf '%s\n' "$2" >"$1.gpuforge-tmp" && mv "$1.gpuforge-tmp" "$1"
+  changed "wrote ${1#"$R"}"
+}
