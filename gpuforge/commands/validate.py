@@ -158,6 +158,15 @@ def _render(result: RunResult, fmt: str) -> None:
         console.print(f"localisation: [bold]{result.verdict.kind}[/] — {result.verdict.message}")
 
 
+def _kubernetes_results(kubeconfig: Path, inv: Inventory) -> list[CheckResult]:
+    from validate.kubernetes import expect_from_profile, run_kubernetes_checks
+
+    if not inv.profile:
+        raise InputError("--kubeconfig needs the inventory's `profile` (it sets the expected GPU shares)",
+                         "add `profile: nlp-inference` (or another profile) to the inventory")
+    return run_kubernetes_checks(str(kubeconfig), expect_from_profile(inv.profile))
+
+
 def _folded(report: Report) -> Report:
     """For the table only: identical results on several nodes become one row (node[1-4])."""
     groups: dict[tuple[Any, ...], list[CheckResult]] = {}
@@ -221,6 +230,8 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 @click.option("--connect-timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
               help="Bound for each of TCP connect, banner, auth and channel open.")  # fmt: skip
 @click.option("--workers", type=click.IntRange(1, 512), default=32, show_default=True, help="Concurrent SSH sessions.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Also check the cluster's Kubernetes GPU layer (validate/kubernetes.py) through this kubeconfig.")
 def command(
     inventory_path: str,
     checks: str | None,
@@ -235,6 +246,7 @@ def command(
     iperf_seconds: float,
     connect_timeout: float,
     workers: int,
+    kubeconfig: Path | None = None,
 ) -> None:
     """Prove a running cluster: tier-0 gates, GPU checks, iperf3/ping pairs, localisation."""
     inv = load_inventory(inventory_path)
@@ -259,6 +271,8 @@ def command(
             result = Runner(inv, transport, selected, expect, options=opts, progress=progress).run()
     finally:
         transport.close()
+    if kubeconfig is not None:
+        result.report.add(_kubernetes_results(kubeconfig, inv))
     accepted = getattr(transport, "accepted_keys", [])
     if accepted:
         result.report.context["accepted_host_keys"] = accepted
