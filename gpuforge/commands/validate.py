@@ -164,7 +164,11 @@ def _kubernetes_results(kubeconfig: Path, inv: Inventory) -> list[CheckResult]:
     if not inv.profile:
         raise InputError("--kubeconfig needs the inventory's `profile` (it sets the expected GPU shares)",
                          "add `profile: nlp-inference` (or another profile) to the inventory")
-    return run_kubernetes_checks(str(kubeconfig), expect_from_profile(inv.profile))
+    try:
+        expect = expect_from_profile(inv.profile)
+    except KeyError as exc:  # unknown profile or instance type
+        raise InputError(f"inventory profile {inv.profile!r}: {exc}", "use a profile from components/profiles/") from None
+    return run_kubernetes_checks(str(kubeconfig), expect)
 
 
 def _folded(report: Report) -> Report:
