@@ -265,3 +265,19 @@ def test_spot_stack_uses_spot_quota_and_prices(aws_env: str, project: Path, quot
     assert results["spot.placement-score"]["level"] == "unknown"  # moto does not serve GetSpotPlacementScores
     assert doc["context"]["az"]["chosen"] == "use1-az5"
     assert code == 0
+
+
+def test_preview_follows_the_pinned_az(aws_env: str, project: Path, quotas: Quotas, image_id: str,
+                                       set_stack: Edit) -> None:
+    import shutil
+
+    from gpuforge.preview import run_preview
+
+    shutil.copy(Path(__file__).resolve().parents[2] / "__main__.py", project / "__main__.py")
+    quotas({P_ON_DEMAND: 384})
+    set_stack("cv-training", amiId=image_id, azId="use1-az5")
+    code, _ = preflight(project, "cv-training", "--pin-az")
+    assert code == 0
+    text = run_preview(project, "cv-training").to_json()
+    assert "use1-az4" in text  # subnet, volumes and the directory bucket name follow the pinned AZ ID
+    assert "use1-az5" not in text
