@@ -138,7 +138,7 @@ _Dumper.add_representer(str, _str)
 
 def _cloud_config(plan: NodePlan, files: dict[str, str]) -> str:
     def mode(path: str) -> str:
-        return "0755" if "/bin/" in path or path.endswith(".sh") and "/phases/" in path else "0644"
+        return "0755" if "/bin/" in path or (path.endswith(".sh") and "/phases/" in path) else "0644"
 
     doc = {
         # The bootstrap sets the hostname itself (from the inventory name or the Name tag).

@@ -24,7 +24,7 @@ for i in $(seq 1 60); do
   [ "${#cands[@]}" -eq 1 ] && { dev="${cands[0]}"; break; }
   log "waiting for the data volume to attach ($i/60)"; sleep "${GPUFORGE_POLL_S:-5}"
 done
-[ -n "$dev" ] || die "no EBS data volume${want:+ vol $want} attached after 60 tries"
+[ -n "$dev" ] || die "no EBS data volume attached after 60 tries"
 # Format only a blank volume: anything with a signature (an earlier filesystem) is kept.
 blkid -p "$dev" >/dev/null 2>&1 || { mkfs.ext4 -q -L gpuforge-data "$dev"; changed "formatted $dev"; }
 uuid=$(blkid -s UUID -o value "$dev")

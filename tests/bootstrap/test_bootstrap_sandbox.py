@@ -1,0 +1,210 @@
+"""The rendered phases, run for real in a temp root with stand-in system commands (bootstrap_sandbox.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bootstrap.versions import load_versions
+from components.config import StackConfig
+from tests.bootstrap.bootstrap_sandbox import SECRETS, Sandbox, fixture_downloads, installs
+
+STACKS = ("cv-training", "nlp-inference", "risk-sim")
+
+
+def _names(calls: list[list[str]]) -> list[str]:
+    return [c[0] for c in calls]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_full_run_then_idempotent_rerun(stack: str, stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    cfg = stack_cfg[stack]
+    sb = Sandbox(tmp_path, cfg, f"{stack}-node01")
+    first = sb.run()
+    assert first.returncode == 0, first.stderr + sb.log()[-2000:]
+    st = sb.status()
+    assert sb.rendered.plan is not None
+    assert [p["name"] for p in st["phases"]] == [p.name for p in sb.rendered.plan.phases]
+    assert all(p["state"] == "succeeded" for p in st["phases"]) and st["state"] == "succeeded"
+    # Phases ran in plan order: each phase's start is logged after the previous one's.
+    starts = [sb.log().index(f"[{p.name}]") for p in sb.rendered.plan.phases if f"[{p.name}]" in sb.log()]
+    assert starts == sorted(starts)
+
+    v = load_versions()
+    specs = installs(sb.calls())
+    row = v.cuda.for_os(cfg.os)
+    assert f"cuda-drivers-{v.nvidia_driver.branch}={v.nvidia_driver.deb_version}" in specs
+    assert f"{row.package}={row.version}" in specs
+    assert f"{v.dcgm.package}={v.dcgm.version}" in specs
+    assert f"nvidia-container-toolkit={v.nvidia_container_toolkit.version}" in specs
+    fm = f"nvidia-fabricmanager-{v.nvidia_driver.branch}={v.nvidia_driver.deb_version}"
+    assert (fm in specs) == cfg.instance.nvswitch
+    assert ("efa_installer.sh" in _names(sb.calls())) == (stack != "nlp-inference")
+    held = (sb.state / "held").read_text().split()
+    assert f"cuda-drivers-{v.nvidia_driver.branch}" in held and "nvidia-container-toolkit" in held
+    assert st["versions"]["observed"]["driver"] == v.nvidia_driver.version
+    drift = {k: (want, st["versions"]["observed"].get(k)) for k, want in st["versions"]["expected"].items()}
+    assert all(str(want) == str(got) for want, got in drift.values()), drift
+    assert (sb.state / "hostname").read_text().strip() == f"{stack}-node01"
+    fstab = (sb.root / "etc/fstab").read_text()
+    assert (f" {cfg.profile.storage.scratch_mount} ext4 " in fstab) == (cfg.instance.nvme_count > 0)
+
+    second = sb.run()
+    assert second.returncode == 0, second.stderr
+    again = sb.last_run_calls()
+    assert installs(again) == [], "a second run installs nothing"
+    assert not {"mkfs.ext4", "efa_installer.sh", "configure", "make", "hostnamectl"} & set(_names(again))
+    assert not [c for c in again if c[:2] in (["mdadm", "--create"], ["docker", "pull"], ["apt-get", "update"])]
+    st2 = sb.status()
+    assert st2["run"] == 2 and st2["state"] == "succeeded"
+    assert [p["changed"] for p in st2["phases"]] == [False] * len(st2["phases"])
+    assert (sb.root / "etc/fstab").read_text() == fstab, "fstab is not appended to twice"
+
+
+def test_failed_driver_install_stops_the_run(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["cv-training"], "n1", env_overrides={"FAKE_FAIL": "apt:cuda-drivers-550"})
+    r = sb.run()
+    assert r.returncode != 0
+    assert "FAILED in phase driver" in r.stderr
+    st = sb.status()
+    assert st["state"] == "failed" and st["error"]["phase"] == "driver" and st["error"]["exit_code"] == 1
+    assert "apt-get install" in st["error"]["message"]
+    by_name = {p["name"]: p["state"] for p in st["phases"]}
+    assert by_name["base"] == "succeeded" and by_name["driver"] == "failed"
+    assert [p["state"] for p in st["phases"][3:]] == ["not-run"] * (len(st["phases"]) - 3)
+    # Nothing after the driver ran: no fabric manager, no CUDA, no docker.
+    assert not [s for s in installs(sb.calls()) if s.startswith(("nvidia-fabricmanager", "cuda-toolkit", "docker"))]
+    log = sb.log()
+    assert "E: Version '550.90.07-1' for 'cuda-drivers-550' was not found" in log, "the log says why"
+    assert "[driver] FAILED: exit 100 from: apt-get install" in log
+
+
+def test_self_check_fails_when_a_gpu_is_missing(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["risk-sim"], "n1", env_overrides={"FAKE_GPU_COUNT": "7", "FAKE_EFA_DEVICES": "0"})
+    assert sb.run().returncode != 0
+    st = sb.status()
+    assert st["error"]["phase"] == "self-check"
+    assert "7 GPUs visible, expected 8" in st["error"]["message"]
+    assert "0 EFA devices with the efa provider, expected 1" in st["error"]["message"]
+
+
+def test_ngc_key_comes_from_ssm_and_never_shows(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    cfg = stack_cfg["nlp-inference"].model_copy(update={"ngc_api_key_parameter": "/gpuforge/ngc"})
+    sb = Sandbox(tmp_path, cfg, "n1")
+    r = sb.run()
+    assert r.returncode == 0, sb.log()[-2000:]
+    # The key reached docker on stdin, and docker was logged out after the pull.
+    docker = [c[1] for c in sb.calls() if c[0] == "docker"]
+    assert docker.index("login") < docker.index("pull") < docker.index("logout")
+    assert not (sb.state / "docker-password").exists(), "logout removed the stored credential"
+    ssm = [c for c in sb.calls() if c[0] == "curl" and "https://ssm.us-east-1.amazonaws.com/" in c]
+    assert len(ssm) == 1 and '"Name": "/gpuforge/ngc"' in " ".join(ssm[0])
+    assert SECRETS["FAKE_AWS_SECRET"] in (sb.state / "curl-stdin-config").read_text(), "credentials go on stdin"
+    seen = (sb.state / "calls.log").read_text() + sb.log() + r.stdout + r.stderr
+    seen += (sb.root / "var/lib/gpuforge/bootstrap-status.json").read_text()
+    for secret in SECRETS.values():
+        assert secret not in seen, "no secret on a command line, in the log or in the status file"
+
+
+def test_ngc_login_failure_is_reported(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    cfg = stack_cfg["nlp-inference"].model_copy(update={"ngc_api_key_parameter": "/gpuforge/ngc"})
+    sb = Sandbox(tmp_path, cfg, "n1", env_overrides={"FAKE_FAIL": "ssm"})
+    assert sb.run().returncode != 0
+    assert "cannot read SSM parameter /gpuforge/ngc" in sb.status()["error"]["message"]
+
+
+def test_tampered_download_is_refused_before_it_runs(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    v = load_versions()
+    downloads = fixture_downloads(v)
+    downloads[Path(v.efa_installer.resolved_url).name] += b"tampered"
+    sb = Sandbox(tmp_path, stack_cfg["cv-training"], "n1", downloads=downloads)
+    assert sb.run().returncode != 0
+    st = sb.status()
+    assert st["error"]["phase"] == "efa" and "sha256 digest mismatch" in st["error"]["message"]
+    assert "efa_installer.sh" not in _names(sb.calls())
+
+
+def test_repository_key_with_wrong_fingerprint_is_refused(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    v = load_versions()
+    downloads = fixture_downloads(v)
+    downloads[v.cuda_repo.key_file] = b"0123456789ABCDEF0123456789ABCDEF01234567"
+    sb = Sandbox(tmp_path, stack_cfg["nlp-inference"], "n1", downloads=downloads)
+    assert sb.run().returncode != 0
+    st = sb.status()
+    assert st["error"]["phase"] == "driver" and "key fingerprint is not" in st["error"]["message"]
+    assert not (sb.root / "etc/apt/keyrings/cuda.gpg").exists()
+
+
+def test_launch_template_node_takes_its_name_from_the_tag(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["nlp-inference"], None, env_overrides={"FAKE_NAME_TAG": "nlp-inference-node02"})
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    assert (sb.state / "hostname").read_text().strip() == "nlp-inference-node02"
+    assert sb.status()["node"] == "nlp-inference-node02"
+    assert "127.0.1.1 nlp-inference-node02" in (sb.root / "etc/hosts").read_text()
+
+
+def test_data_volume_with_a_filesystem_is_kept(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["risk-sim"], "n1")
+    # The st1 volume already carries a filesystem (a replaced node re-attaching its data).
+    data_dev = sb.root / "dev/nvme3n1"
+    (sb.state / "fs").mkdir(parents=True, exist_ok=True)
+    (sb.state / "fs" / str(data_dev).removeprefix(str(sb.root)).replace("/", "_")).write_text("old-data-uuid\n")
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    mkfs = [c[-1] for c in sb.calls() if c[0] == "mkfs.ext4"]
+    assert str(data_dev) not in mkfs, "a volume with a filesystem is never formatted"
+    assert any(d.endswith("/dev/md/gpuforge-scratch") for d in mkfs), "the blank scratch array is"
+    fstab = (sb.root / "etc/fstab").read_text()
+    assert "UUID=old-data-uuid /data ext4 defaults,nofail" in fstab
+
+
+def test_pinned_data_volume_id_must_be_attached(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["risk-sim"], "n1", render_kwargs={"data_volume_id": "vol-0ffffffffffffffff"})
+    assert sb.run().returncode != 0
+    st = sb.status()
+    assert st["error"]["phase"] == "data-volume"
+    assert "no EBS data volume vol-0ffffffffffffffff attached after 60 tries" in st["error"]["message"]
+
+
+def test_preinstalled_driver_is_verified_not_installed(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    cfg = stack_cfg["cv-training"].model_copy(update={"driver_preinstalled": True})
+    sb = Sandbox(tmp_path, cfg, "n1")
+    (sb.state / "driver-version").write_text("570.86.15\n")  # what the AMI brought
+    (sb.state / "fm-version").write_text("570.86.15\n")
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    assert not [s for s in installs(sb.calls()) if s.startswith(("cuda-drivers", "nvidia-fabricmanager"))]
+    st = sb.status()
+    assert st["versions"]["observed"]["driver"] == "570.86.15"
+    assert st["versions"]["observed"]["fabric_manager"] == "570.86.15"
+    assert "driver" not in st["versions"]["expected"]
+
+
+def test_preinstalled_driver_with_mismatched_fabric_manager_fails(
+    stack_cfg: dict[str, StackConfig], tmp_path: Path
+) -> None:
+    cfg = stack_cfg["cv-training"].model_copy(update={"driver_preinstalled": True})
+    sb = Sandbox(tmp_path, cfg, "n1")
+    (sb.state / "driver-version").write_text("570.86.15\n")
+    (sb.state / "fm-version").write_text("570.10.01\n")
+    assert sb.run().returncode != 0
+    err = sb.status()["error"]
+    assert err["phase"] == "fabric-manager" and "fabric manager 570.10.01 does not match driver 570.86.15" in err["message"]
+
+
+def test_spot_watcher_runs_the_checkpoint_command_once(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    marker = tmp_path / "checkpointed"
+    sb = Sandbox(
+        tmp_path, stack_cfg["nlp-inference"], "n1", render_kwargs={"checkpoint_command": f"echo saved >> {marker}"}
+    )
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    assert (sb.state / "units/gpuforge-spot-watcher.enabled").exists()
+    watcher = [str(sb.root / "opt/gpuforge/bin/gpuforge-spot-watcher")]
+    env = {**sb.env(), "GPUFORGE_SPOT_MAX_POLLS": "3"}
+    quiet = subprocess.run(watcher, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert quiet.returncode == 0 and not marker.exists(), "no notice, no checkpoint"
+    (sb.state / "spot-notice").write_text('{"action": "terminate", "time": "2026-12-01T08:00:00Z"}')
+    for _ in range(2):
+        subprocess.run(watcher, env=env, capture_output=True, text=True, timeout=30, check=True)
+    assert marker.read_text() == "saved\n", "the checkpoint command ran exactly once"
+    assert "spot interruption notice" in sb.log()
