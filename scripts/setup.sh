@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-want_debs=${GPUFORGE_DEBS:-"iproute2 openssh-server openssh-client iperf3 iputils-ping procps"}
+want_debs=${GPUFORGE_DEBS:-"iproute2 openssh-server openssh-client iperf3 iputils-ping procps shellcheck cloud-init"}
 if [ "${1:-}" = "--with-test-hosts" ] && [ "$(id -u)" = 0 ]; then
   missing=""
   for pkg in $want_debs; do
