@@ -13,6 +13,10 @@ def base_config(**over: object) -> dict:
         "gpuforge:profile": "cv-training",
         "gpuforge:azId": "use1-az4",
         "gpuforge:sshCidrs": ["10.0.0.0/8"],
+        # The guardrail policies (policy/) want an owner, a team and a budget on every stack.
+        "gpuforge:team": "platform",
+        "gpuforge:owner": "platform-team",
+        "gpuforge:budgetUsd": 25000,
     }
     for key, value in over.items():
         full = key if ":" in key else f"gpuforge:{key}"

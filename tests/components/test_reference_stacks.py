@@ -19,10 +19,27 @@ def result(request, preview_of):
     return preview_of(request.param)
 
 
+def node_templates(run):
+    """Launch templates that nodes boot from (the cluster's, and EKS's when it runs the nodes)."""
+    return run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+
+
+def cluster_template(run):
+    (nodes,) = run.of_type("gpuforge:aws:Nodes")
+    (lt,) = [t for t in node_templates(run) if t.parent == nodes.urn]
+    return lt
+
+
 def test_every_az_scoped_resource_is_in_the_stacks_az_id(result):
     run, az_id = result.run, result.config.az_id
+    (network,) = run.of_type("gpuforge:aws:Network")
     subnets = run.of_type("aws:ec2/subnet:Subnet")
-    assert [s.inputs["availabilityZoneId"] for s in subnets] == [az_id]
+    node_subnets = [s for s in subnets if s.parent == network.urn]
+    assert [s.inputs["availabilityZoneId"] for s in node_subnets] == [az_id]
+    # The only other subnet allowed is EKS's second control-plane subnet (EKS requires two AZs);
+    # it carries control-plane ENIs only, never a node.
+    for other in (s for s in subnets if s.parent != network.urn):
+        assert "gpuforge:kubernetes:Eks$" in other.urn, other.name
     express = run.of_type("aws:s3/directoryBucket:DirectoryBucket")
     assert len(express) == 1
     assert express[0].inputs["location"] == {"name": az_id, "type": "AvailabilityZone"}
@@ -32,7 +49,7 @@ def test_every_az_scoped_resource_is_in_the_stacks_az_id(result):
     az_name = run.outputs["availabilityZone"]
     for vol in run.of_type("aws:ebs/volume:Volume"):
         assert vol.inputs["availabilityZone"] == az_name
-    assert {n["az_id"] for n in run.outputs["inventory"]["nodes"]} == {az_id}
+    assert {n["az_id"] for n in run.outputs["inventory"]["nodes"]} <= {az_id}
 
 
 def test_one_cluster_placement_group_that_every_node_joins(result):
@@ -40,17 +57,24 @@ def test_one_cluster_placement_group_that_every_node_joins(result):
     groups = run.of_type("aws:ec2/placementGroup:PlacementGroup")
     assert len(groups) == 1 and groups[0].inputs["strategy"] == "cluster"
     name = groups[0].inputs["name"] if "name" in groups[0].inputs else groups[0].name
-    (lt,) = run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
-    assert lt.inputs["placement"]["groupName"] == name
+    for lt in node_templates(run):
+        assert lt.inputs["placement"]["groupName"] == name, lt.name
     instances = run.of_type("aws:ec2/instance:Instance")
-    assert len(instances) == result.config.node_count
-    assert all(i.inputs["placementGroup"] == name for i in instances)
+    groups = run.of_type("aws:eks/nodeGroup:NodeGroup")
+    if groups:  # EKS runs the GPU nodes: a managed node group on a template in the placement group
+        assert instances == []
+        (ng,) = groups
+        assert ng.inputs["scalingConfig"]["desiredSize"] == result.config.node_count
+        (subnet,) = [s for s in run.of_type("aws:ec2/subnet:Subnet") if s.inputs["availabilityZoneId"] == result.config.az_id]
+        assert ng.inputs["subnetIds"] == [f"{subnet.name}-offline"]
+    else:
+        assert len(instances) == result.config.node_count
+        assert all(i.inputs["placementGroup"] == name for i in instances)
 
 
 def test_efa_interfaces_match_the_catalog(result):
     it = CATALOG.instance(result.config.instance.name)
-    (lt,) = result.run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
-    nics = lt.inputs["networkInterfaces"]
+    nics = cluster_template(result.run).inputs["networkInterfaces"]
     assert len(nics) == max(it.efa_interfaces, 1)
     assert [n.get("interfaceType") for n in nics] == ["efa"] * it.efa_interfaces or not it.efa
     assert sorted(n["networkCardIndex"] for n in nics) == list(range(len(nics)))
@@ -77,10 +101,10 @@ def test_security_group_rules(result):
 
 
 def test_imdsv2_and_encrypted_disks(result):
-    (lt,) = result.run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
-    assert lt.inputs["metadataOptions"]["httpTokens"] == "required"
-    (root,) = lt.inputs["blockDeviceMappings"]
-    assert root["ebs"]["encrypted"] == "true" and root["ebs"]["volumeType"] == "gp3"
+    for lt in node_templates(result.run):
+        assert lt.inputs["metadataOptions"]["httpTokens"] == "required", lt.name
+        (root,) = lt.inputs["blockDeviceMappings"]
+        assert root["ebs"]["encrypted"] == "true" and root["ebs"]["volumeType"] == "gp3"
     for vol in result.run.of_type("aws:ebs/volume:Volume"):
         assert vol.inputs["encrypted"] is True
 
@@ -104,7 +128,8 @@ def test_buckets_private_encrypted_tls_only_versioned(result):
 
 def test_iam_is_scoped_to_this_clusters_buckets(result):
     run = result.run
-    (attach,) = run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    (nodes,) = run.of_type("gpuforge:aws:Nodes")
+    (attach,) = [a for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if a.parent == nodes.urn]
     assert attach.inputs["policyArn"].endswith("AmazonSSMManagedInstanceCore")
     (inline,) = run.of_type("aws:iam/rolePolicy:RolePolicy")
     doc = json.loads(inline.inputs["policy"])
@@ -138,7 +163,9 @@ def test_exports(result):
     assert inv["profile"] == result.config.profile.name
     assert inv["ssh"]["user"] == "ubuntu"
     names = [n["name"] for n in inv["nodes"]]
-    assert names == sorted(names) and len(names) == result.config.node_count
+    # EKS node-group instances are not known at deploy time, so their inventory is empty.
+    expected = 0 if result.run.of_type("aws:eks/nodeGroup:NodeGroup") else result.config.node_count
+    assert names == sorted(names) and len(names) == expected
     for node in inv["nodes"]:
         assert {"name", "host", "instance_id", "private_ip", "public_ip", "instance_type", "az_id"} <= node.keys()
         assert node["instance_type"] == result.config.instance.name
