@@ -44,6 +44,7 @@ class ClusterStorage(pulumi.ComponentResource):
             data_redundancy="SingleAvailabilityZone",
             type="Directory",
             force_destroy=False,
+            tags=args.tags,  # cost allocation (policy cost-tags); directory buckets take tags like any other
             opts=child,
         )
         # Directory buckets encrypt with SSE-S3 by default; saying so explicitly lets policies

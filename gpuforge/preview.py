@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ class PreviewResult:
     config: StackConfig
     run: Any  # OfflineRun
     cost: CostEstimate
+    violations: list[Any] = field(default_factory=list)  # gpuforge.policycheck.Violation
+    policies_checked: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +40,10 @@ class PreviewResult:
             ],
             "outputs": _redact(self.run.outputs),
             "cost": self.cost.to_dict(),
+            "policies": {
+                "checked": self.policies_checked,
+                "violations": [v.to_dict() for v in self.violations],
+            },
         }
 
     def to_json(self) -> str:
@@ -48,7 +54,7 @@ class ProgramError(GpuforgeError):
     exit_code = 1
 
 
-def run_preview(project_dir: Path, stack: str) -> PreviewResult:
+def run_preview(project_dir: Path, stack: str, policies: bool = False) -> PreviewResult:
     """Validate the stack's config (exit 2 on bad input), then run the program offline."""
     raw, secrets = load_stack_config(project_dir, stack)
     cfg = parse_stack_config(raw, stack)  # before any resource is declared
@@ -71,7 +77,13 @@ def run_preview(project_dir: Path, stack: str) -> PreviewResult:
     if run.duplicates:
         raise ProgramError(f"duplicate resource URNs (the real engine would refuse): {', '.join(run.duplicates)}")
     _check_kubernetes_schema(cfg, run)
-    return PreviewResult(cfg, run, estimate(cfg))
+    result = PreviewResult(cfg, run, estimate(cfg))
+    if policies:  # the guardrail pack (policy/), over the graph just recorded
+        from gpuforge.policycheck import check_graph
+
+        result.violations = check_graph(run.resources)
+        result.policies_checked = True
+    return result
 
 
 def _check_kubernetes_schema(cfg: StackConfig, run: Any) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
 
+from gpuforge.errors import EXIT_CHECKS_FAILED
 from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
 
 
@@ -20,7 +22,13 @@ from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
     show_default=True,
     help="Directory holding Pulumi.yaml.",
 )
-def command(stack: str, fmt: str, project_dir: Path) -> None:
+@click.option(
+    "--policies/--no-policies",
+    default=True,
+    show_default=True,
+    help="Check the graph against the guardrail policy pack (policy/); violations exit 1.",
+)
+def command(stack: str, fmt: str, project_dir: Path, policies: bool) -> None:
     """Offline preview of a stack, with no Pulumi CLI, plugins or AWS credentials.
 
     Loads the stack's config as Pulumi would (Pulumi.yaml defaults, then the stack file),
@@ -32,11 +40,26 @@ def command(stack: str, fmt: str, project_dir: Path) -> None:
       gpuforge preview --stack cv-training
       gpuforge preview --stack risk-sim --format json | jq '.cost.hourly'
     """
-    result = run_preview(project_dir.resolve(), stack)
+    result = run_preview(project_dir.resolve(), stack, policies=policies)
     if fmt == "json":
         click.echo(result.to_json())
     else:
         _print_table(result)
+    if result.violations:
+        _report_violations(result)
+        sys.exit(EXIT_CHECKS_FAILED)
+
+
+def _report_violations(result: PreviewResult, per_policy: int = 5) -> None:
+    by_policy: dict[str, list[str]] = {}
+    for v in result.violations:
+        by_policy.setdefault(v.policy, []).append(v.message)
+    click.echo(f"policy violations ({len(result.violations)}), `pulumi up` with --policy-pack policy would refuse:", err=True)
+    for policy, messages in by_policy.items():
+        for message in messages[:per_policy]:
+            click.echo(f"  {policy}: {message}", err=True)
+        if len(messages) > per_policy:
+            click.echo(f"  {policy}: ... and {len(messages) - per_policy} more (--format json lists all)", err=True)
 
 
 def _print_table(result: PreviewResult) -> None:

@@ -1,0 +1,1 @@
+"""gpuforge guardrail policy pack: policies.py (importable, tested) and __main__.py (the pack)."""
