@@ -74,13 +74,17 @@ def matrix(nodes: Sequence[str], pairs: Sequence[PairValue]) -> dict[str, dict[s
     return m
 
 
-def classify(pairs: Sequence[PairValue], expected_gbps: float | None) -> Verdict:
+def classify(
+    pairs: Sequence[PairValue], expected_gbps: float | None, min_fraction: float | None = None, unit: str = "Gbit/s"
+) -> Verdict:
+    """`min_fraction` of `expected_gbps` is the floor (default: the iperf3 figure from defaults.yaml)."""
     if not pairs:
         return Verdict("no-data", message="no pair was measured")
     values = [p.worst for p in pairs]
     med = statistics.median(values)
     mad = statistics.median(abs(v - med) for v in values)
-    floor = figure("iperf_min_fraction").value * expected_gbps if expected_gbps is not None else None
+    frac = figure("iperf_min_fraction").value if min_fraction is None else min_fraction
+    floor = frac * expected_gbps if expected_gbps is not None else None
     ratio, z = figure("outlier_ratio").value, figure("outlier_mad_z").value
 
     def relatively_low(v: float) -> bool:
@@ -93,7 +97,7 @@ def classify(pairs: Sequence[PairValue], expected_gbps: float | None) -> Verdict
     verdict = Verdict("healthy", median_gbps=med, mad_gbps=mad, floor_gbps=floor)
     verdict.low_pairs = [(p.a, p.b) for p in pairs if low(p.worst)]
     if not verdict.low_pairs:
-        verdict.message = f"all {len(pairs)} pairs healthy (median {med:.3g} Gbit/s)"
+        verdict.message = f"all {len(pairs)} pairs healthy (median {med:.3g} {unit})"
         return verdict
     by_node: dict[str, list[bool]] = {}
     for p in pairs:
@@ -106,7 +110,7 @@ def classify(pairs: Sequence[PairValue], expected_gbps: float | None) -> Verdict
     if len(candidates) > len(by_node) / 2 or (floor is not None and rest_median is not None and rest_median < floor):
         # Most nodes look slow, or what no slow node explains is slow too: the fabric, not a node.
         verdict.kind = "fabric"
-        verdict.message = f"median pair {med:.3g} Gbit/s; most pairs are low: the whole fabric is slow"
+        verdict.message = f"median pair {med:.3g} {unit}; most pairs are low: the whole fabric is slow"
         if floor is not None:
             verdict.message += f" (floor {floor:.3g})"
         return verdict
@@ -130,13 +134,15 @@ def classify(pairs: Sequence[PairValue], expected_gbps: float | None) -> Verdict
     return verdict
 
 
-def results(verdict: Verdict, mat: Mapping[str, Mapping[str, float | None]]) -> list[CheckResult]:
+def results(
+    verdict: Verdict, mat: Mapping[str, Mapping[str, float | None]], name: str = NAME, unit: str = "Gbit/s"
+) -> list[CheckResult]:
     observed = {"kind": verdict.kind, "median_gbps": verdict.median_gbps, "mad_gbps": verdict.mad_gbps}
-    expected = f">= {verdict.floor_gbps:.3g} Gbit/s per pair" if verdict.floor_gbps is not None else None
+    expected = f">= {verdict.floor_gbps:.3g} {unit} per pair" if verdict.floor_gbps is not None else None
     if verdict.kind == "no-data":
-        return [CheckResult(NAME, Level.UNKNOWN, (), None, expected, verdict.message)]
+        return [CheckResult(name, Level.UNKNOWN, (), None, expected, verdict.message)]
     if verdict.kind == "healthy":
-        return [CheckResult(NAME, Level.PASS, tuple(mat), observed, expected, verdict.message)]
+        return [CheckResult(name, Level.PASS, tuple(mat), observed, expected, verdict.message)]
     targets: tuple[str, ...]
     if verdict.kind == "node":
         targets = tuple(verdict.slow_nodes)
@@ -144,4 +150,4 @@ def results(verdict: Verdict, mat: Mapping[str, Mapping[str, float | None]]) -> 
         targets = tuple(f"{a}<->{b}" for a, b in verdict.slow_links)
     else:
         targets = tuple(mat)
-    return [CheckResult(NAME, Level.ERROR, targets, observed, expected, verdict.message)]
+    return [CheckResult(name, Level.ERROR, targets, observed, expected, verdict.message)]

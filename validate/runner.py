@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuforge.results import CheckResult, Level, Report, atomic_write
-from validate import localise
+from validate import collective, localise
 from validate.checks import Expectations, NodeCheck, ParseError
 from validate.inventory import Inventory, Node
 from validate.network import iperf, ping, schedule
@@ -48,6 +48,8 @@ class RunOptions:
     ping: ping.PingSettings = field(default_factory=ping.PingSettings)
     max_workers: int = 32
     evidence_dir: Path | None = None
+    nccl_pairs: bool = False  # pairwise multi-node all_reduce_perf (needs validate.nccl and MPI on the nodes)
+    nccl_plan: collective.PairPlan = field(default_factory=collective.PairPlan)
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Runner:
         self.progress = progress or _Quiet()
         self.report = Report("validate")
         self.states: dict[str, NodeState] = {n.name: NodeState("ok") for n in inventory.nodes}
+        self.degraded: dict[str, int] = {}  # node -> the tier (>= 1) it failed: no later tier, no collective
         self._seq = 0
 
     # -- helpers
@@ -136,6 +139,7 @@ class Runner:
         rounds: list[list[tuple[str, str]]] = []
         if self.opt.network:
             verdict, mat, rounds = self._network()
+        nccl_verdict = self._nccl_pairs() if self.opt.nccl_pairs else None
         self.report.context.update(
             {
                 "nodes": {k: {"state": v.state, "detail": v.detail} for k, v in self.states.items()},
@@ -143,6 +147,10 @@ class Runner:
                 "wall_s": round(time.monotonic() - start, 2),
             }
         )
+        if self.degraded:
+            self.report.context["degraded"] = self.degraded
+        if nccl_verdict is not None:
+            self.report.context["nccl_localisation"] = nccl_verdict.to_dict()
         if verdict is not None:
             self.report.context["localisation"] = verdict.to_dict()
             self.report.context["matrix_gbps"] = mat
@@ -157,39 +165,53 @@ class Runner:
                 self.report.add(CheckResult("node.reachable", Level.PASS, (res.node,), "ok", "ok", "ssh ok"))
 
     def _tier(self, tier: int, checks: list[NodeCheck[Any]]) -> None:
-        active = self._active()
-        skipped = [n for n in self.inv.nodes if self.states[n.name].state != "ok"]
+        active = [n for n in self._active() if n.name not in self.degraded]
+        skipped = [n for n in self.inv.nodes if n not in active]
         jobs = [Job(n, c.command(), c.timeout_s, c) for n in active for c in checks]
         results = self._run(f"tier {tier}", jobs)
         failed: set[str] = set()
+        measured: dict[str, dict[str, Any]] = {}
         for job, res in zip(jobs, results, strict=True):
             check: NodeCheck[Any] = job.tag
             self._evidence(res.node, check.name, res)
             if self._lost(res):
                 continue
-            out = self._judge(check, res)
+            out, measurement = self._judge(check, res)
             self.report.add(out)
+            if measurement is not None:
+                measured.setdefault(check.name, {})[res.node] = measurement
             if any(r.level in _BAD for r in out):
                 failed.add(res.node)
         for check in checks:
             if skipped:
                 names = tuple(n.name for n in skipped)
-                self.report.add(
-                    CheckResult(check.name, Level.UNKNOWN, names, None, None, "not run: node unreachable or gated out")
-                )
-        if tier == GATE_TIER:
-            for name in sorted(failed):
-                if self.states[name].state == "ok":
-                    self.states[name] = NodeState("failed_gates", "a tier-0 check failed; no pair or collective test")
+                why = "not run: node unreachable, gated out, or failed a lower tier"
+                self.report.add(CheckResult(check.name, Level.UNKNOWN, names, None, None, why))
+        for name, per_node in measured.items():
+            self.report.add(_cluster_results(name, per_node))
+        for name in sorted(failed):
+            if self.states[name].state != "ok":
+                continue
+            if tier == GATE_TIER:
+                self.states[name] = NodeState("failed_gates", "a tier-0 check failed; no pair or collective test")
+            else:
+                self.degraded.setdefault(name, tier)
 
-    def _judge(self, check: NodeCheck[Any], res: CommandResult) -> list[CheckResult]:
+    def _judge(self, check: NodeCheck[Any], res: CommandResult) -> tuple[list[CheckResult], Any]:
+        """Results for one node's output, and the measurement (for cluster-wide comparisons)."""
         node = res.node
         if res.outcome is Outcome.TIMEOUT:
-            return [CheckResult(check.name, Level.ERROR, (node,), None, None, f"timed out: {res.detail}")]
+            return [CheckResult(check.name, Level.ERROR, (node,), None, None, f"timed out: {res.detail}")], None
         if res.exit_code != 0 and not res.stdout.strip():
             tail = res.stderr.strip().splitlines()[-1:] or [""]
-            return [CheckResult(check.name, Level.UNKNOWN, (node,), None, None, f"exit {res.exit_code}, no output: {tail[0]}")]
-        return check.run_on_output(node, res.stdout, self.expect[node])
+            msg = f"exit {res.exit_code}, no output: {tail[0]}"
+            return [CheckResult(check.name, Level.UNKNOWN, (node,), None, None, msg)], None
+        try:
+            measurement = check.parse(res.stdout)
+        except ParseError as exc:
+            msg = f"could not parse output: {exc}"
+            return [CheckResult(check.name, Level.UNKNOWN, (node,), None, None, msg)], None
+        return check.evaluate(node, measurement, self.expect[node]), measurement
 
     # -- network
 
@@ -334,6 +356,45 @@ class Runner:
                     self.report.context.setdefault("versions", {}).setdefault("iperf3", {})[a] = m.version
         return values
 
+    def _nccl_pairs(self) -> localise.Verdict | None:
+        """all_reduce_perf on ring pairs of nodes that passed every tier; localised like iperf3."""
+        nodes = [n for n in self._active() if n.name not in self.degraded]
+        if len(nodes) < 2:
+            return None
+        by_name = {n.name: n for n in nodes}
+        values: list[localise.PairValue] = []
+        for no, rnd in enumerate(schedule.ring([n.name for n in nodes])):
+            jobs = []
+            for a, b in rnd:
+                hosts = (by_name[a].data_address, by_name[b].data_address)
+                cmd, bound = collective.command(hosts, self.expect[a], self.opt.nccl_plan)
+                jobs.append(Job(by_name[a], cmd, bound, (a, b)))
+            for job, res in zip(jobs, self._run(f"nccl round {no + 1}", jobs), strict=True):
+                a, b = job.tag
+                self._evidence(f"nccl/round-{no:02d}", f"{a}-{b}", res)
+                if self._lost(res):
+                    continue
+                if res.outcome is Outcome.TIMEOUT:
+                    label = (iperf.pair_label(a, b),)
+                    self.report.add(CheckResult(collective.NAME, Level.ERROR, label, None, None, res.detail))
+                    continue
+                out, busbw = collective.judge(a, b, res.stdout, self.expect[a])
+                self.report.add(out)
+                if busbw is not None:
+                    values.append(localise.PairValue(a, b, busbw))
+        head = self.expect[nodes[0].name]
+        expected = head.extra.get("nccl_inter_2node_busbw_gbps")
+        frac = head.extra.get("nccl_pass_fraction")
+        verdict = localise.classify(
+            values,
+            float(expected) if expected is not None else None,
+            float(frac) if frac is not None else None,
+            unit="GB/s",
+        )
+        mat = localise.matrix([n.name for n in nodes], values)
+        self.report.add(localise.results(verdict, mat, name="nccl.localise", unit="GB/s"))
+        return verdict
+
     def _expected_mtu(self) -> int | None:
         found = [int(e.extra["mtu"]) for e in self.expect.values() if e.extra.get("mtu") is not None]
         return min(found) if found else None
@@ -341,3 +402,18 @@ class Runner:
     def _p99_limit(self) -> float | None:
         found = [float(e.extra["ping_p99_ms"]) for e in self.expect.values() if e.extra.get("ping_p99_ms") is not None]
         return min(found) if found else None
+
+
+# Checks whose per-node measurements are also compared across the cluster (driver, VBIOS...).
+_CLUSTER = {"gpu.inventory": ("validate.gpu.inventory", "cluster_consistency")}
+
+
+def _cluster_results(check: str, per_node: dict[str, Any]) -> list[CheckResult]:
+    entry = _CLUSTER.get(check)
+    if entry is None or len(per_node) < 2:
+        return []
+    import importlib  # the GPU checks are part B's modules; load them only when they produced data
+
+    fn = getattr(importlib.import_module(entry[0]), entry[1])
+    out: list[CheckResult] = fn(per_node)
+    return out

@@ -18,6 +18,7 @@ import click
 
 from gpuforge.errors import InputError
 from gpuforge.results import CheckResult, Report, atomic_write
+from validate import collective
 from validate.checks import Expectations, NodeCheck
 from validate.inventory import Inventory, Node, load_inventory
 from validate.network.iperf import IperfSettings
@@ -40,7 +41,7 @@ def _select(tokens: list[str] | None, checks: list[NodeCheck[Any]]) -> tuple[lis
     """--checks: names or prefixes (`gpu`, `network`, `nccl.local`); identity always runs."""
     if not tokens:
         return checks, True
-    names = [c.name for c in checks] + ["network.iperf3", "network.ping"]
+    names = [c.name for c in checks] + ["network.iperf3", "network.ping", "nccl.pair"]
     known_prefixes = {n.split(".")[0] for n in names} | set(names)
     for t in tokens:
         if t not in known_prefixes:
@@ -162,8 +163,10 @@ def _kubernetes_results(kubeconfig: Path, inv: Inventory) -> list[CheckResult]:
     from validate.kubernetes import expect_from_profile, run_kubernetes_checks
 
     if not inv.profile:
-        raise InputError("--kubeconfig needs the inventory's `profile` (it sets the expected GPU shares)",
-                         "add `profile: nlp-inference` (or another profile) to the inventory")
+        raise InputError(
+            "--kubeconfig needs the inventory's `profile` (it sets the expected GPU shares)",
+            "add `profile: nlp-inference` (or another profile) to the inventory",
+        )
     try:
         expect = expect_from_profile(inv.profile)
     except KeyError as exc:  # unknown profile or instance type
@@ -234,8 +237,12 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 @click.option("--connect-timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
               help="Bound for each of TCP connect, banner, auth and channel open.")  # fmt: skip
 @click.option("--workers", type=click.IntRange(1, 512), default=32, show_default=True, help="Concurrent SSH sessions.")
-@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Also check the cluster's Kubernetes GPU layer (validate/kubernetes.py) through this kubeconfig.")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Also check the cluster's Kubernetes GPU layer (validate/kubernetes.py) through this kubeconfig.",
+)
 def command(
     inventory_path: str,
     checks: str | None,
@@ -263,8 +270,15 @@ def command(
     t = connect_timeout
     transport = _transport(transport_kind, inv, accept_new_host_keys, Timeouts(t, t, t, t))
     out = out or Path("gpuforge-evidence") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    nccl_pairs = (
+        collective.available()
+        and transport_kind == "ssh"
+        and len(inv.nodes) >= 2
+        and (tokens is None or any(t in ("nccl", "nccl.pair") for t in tokens))
+    )
     opts = RunOptions(
         network=network,
+        nccl_pairs=nccl_pairs,
         schedule=schedule,
         iperf=IperfSettings(duration_s=iperf_seconds),
         max_workers=workers,
