@@ -56,7 +56,7 @@ class Echo(NodeCheck[str]):
 class FakeTransport:
     kind = "fake"
 
-    def __init__(self, answers: dict[tuple[str, str], str], down: set[str] = frozenset(), slow: str = "") -> None:
+    def __init__(self, answers: dict[tuple[str, str], str], down: frozenset[str] = frozenset(), slow: str = "") -> None:
         self.answers, self.down, self.slow = answers, down, slow
         self.calls: list[tuple[str, str]] = []
 
@@ -106,7 +106,7 @@ def test_a_failed_tier_stops_later_tiers_and_collectives() -> None:
 
 
 def test_unreachable_node_is_reported_once_and_the_rest_run() -> None:
-    fake = FakeTransport({}, down={"node3"})
+    fake = FakeTransport({}, down=frozenset({"node3"}))
     res = Runner(_inv(4), fake, CHECKS, lambda n: Expectations(), options=RunOptions(network=False)).run()
     errors = [r for r in res.report.results if r.level is Level.ERROR]
     assert [(r.check, r.targets) for r in errors] == [("node.reachable", ("node3",))]
