@@ -80,8 +80,10 @@ def run_preview(project_dir: Path, stack: str, policies: bool = False) -> Previe
     result = PreviewResult(cfg, run, estimate(cfg))
     if policies:  # the guardrail pack (policy/), over the graph just recorded
         from gpuforge.policycheck import check_graph
+        from policy.policies import teams_config
 
-        result.violations = check_graph(run.resources)
+        # quotas from this project's team files, the same files `stack new` reads
+        result.violations = check_graph(run.resources, teams_config(project_dir / "stacks" / "teams"))
         result.policies_checked = True
     return result
 

@@ -112,6 +112,24 @@ def stack_region(resources: list[Any]) -> str | None:
     return None
 
 
+def spot_max_price(resources: list[Any]) -> float | None:
+    """The spot max price the graph sets (launch template or mixed-instances group), if any.
+    Spot without one is capped at the on-demand price, so on-demand stays the worst case."""
+    prices = []
+    for r in _by_type(resources, LAUNCH_TEMPLATE):
+        market = r.props.get("instanceMarketOptions") or {}
+        if market.get("marketType") == "spot":
+            prices.append((market.get("spotOptions") or {}).get("maxPrice"))
+    for r in _by_type(resources, ASG):
+        dist = (r.props.get("mixedInstancesPolicy") or {}).get("instancesDistribution") or {}
+        if dist.get("onDemandPercentageAboveBaseCapacity") == 0:
+            prices.append(dist.get("spotMaxPrice"))
+    try:
+        return max(float(p) for p in prices) if prices and all(prices) else None
+    except (TypeError, ValueError):
+        return None
+
+
 def teams_config(directory: Path = TEAMS_DIR) -> dict[str, Any]:
     """Policy config from the team data files: {team: gpu_quota}, and the headroom to keep."""
     from gpuforge.teams import load_teams
@@ -294,6 +312,9 @@ def _budget_present(args: StackValidationArgs, report: ReportViolation) -> None:
         it = catalog.instance_types.get(type_name)
         offering = it.offering(region) if it and region else None
         price = offering.on_demand_usd_per_hour if offering else None
+        cap = spot_max_price(res)
+        if price is not None and cap is not None:
+            price = min(price, cap)  # EC2 never charges a spot node more than its max price
         if price is None:
             report(f"no on-demand price for {type_name} in {region}: cannot prove the budget covers it", None)
             return

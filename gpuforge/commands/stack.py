@@ -1,0 +1,156 @@
+"""`gpuforge stack new`: a team's stack file from a reference profile, its team data file and
+one template (stacks/templates/team-stack.yaml.j2). The rendered file is validated with the same
+parser `pulumi up` runs before it is written, and is never half-written (atomic_write)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import jinja2
+
+from components.catalog import did_you_mean, load_catalog
+from components.config import parse_stack_config
+from components.profiles import load_profile, profile_names
+from gpuforge.errors import InputError
+from gpuforge.results import atomic_write
+from gpuforge.stackfile import load_stack_config
+from gpuforge.teams import TEAMS_DIR, Team, load_team
+
+TEMPLATE = "team-stack.yaml.j2"
+TRAINING_RECIPES = ("training", "hpc")
+
+
+@dataclass(frozen=True)
+class StackRequest:
+    team: str
+    profile: str
+    region: str | None = None
+    budget: int | None = None
+    owner: str | None = None
+
+    @property
+    def stack(self) -> str:
+        return f"{self.team}-{self.profile}"
+
+    def command_args(self) -> str:
+        # What the header records, so a drift test can re-render exactly this file.
+        args = ["--team", self.team, "--profile", self.profile]
+        for flag, value in (("--region", self.region), ("--budget", self.budget), ("--owner", self.owner)):
+            if value is not None:
+                args += [flag, str(value)]
+        return shlex.join(args)
+
+
+def render_stack(req: StackRequest, project_dir: Path, teams_dir: Path = TEAMS_DIR) -> str:
+    """The stack file text for `req`; InputError naming the flag on bad input."""
+    team = load_team(req.team, teams_dir)
+    if req.profile not in profile_names():
+        raise InputError(
+            f"--profile: unknown profile {req.profile!r}{did_you_mean(req.profile, profile_names())}",
+            f"use one of {', '.join(profile_names())}",
+        )
+    profile = load_profile(req.profile)
+    catalog = load_catalog()
+    region = req.region or team.region
+    if region not in catalog.regions:
+        raise InputError(
+            f"--region: {region!r} is not a region the catalog covers{did_you_mean(region, catalog.regions)}",
+            f"use one of {', '.join(catalog.regions)}",
+        )
+    if req.budget is not None and req.budget < 1:
+        raise InputError(f"--budget: {req.budget} is not a monthly budget", "give whole USD per month, like 20000")
+    instance = catalog.instance(profile.shape.instance_type)
+    offering = instance.offering(region)
+    both = [a for a in (offering.az_ids if offering else ()) if a in catalog.region(region).s3express_az_ids]
+    if not both:
+        raise InputError(
+            f"--region: {region} has no AZ ID with both {instance.name} and S3 Express One Zone",
+            f"use a region that has them ({', '.join(sorted(instance.offerings))})",
+        )
+    training = profile.bootstrap.recipe in TRAINING_RECIPES
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(project_dir / "stacks" / "templates"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # YAML, not HTML; every value goes through the `q` (JSON string) filter
+    )
+    env.filters["q"] = json.dumps  # a JSON string is a YAML string: quotes whatever the value holds
+    return env.get_template(TEMPLATE).render(
+        command_args=req.command_args(),
+        team=team,
+        profile=profile,
+        region=region,
+        az_id=both[0],
+        az_reason=f"first AZ ID in {region} with {instance.name} and S3 Express One Zone "
+        "(run `gpuforge preflight` to check live capacity)",
+        owner=req.owner or team.owner,
+        budget_usd=req.budget if req.budget is not None else team.budget_usd,
+        purchase_option="spot" if training else "on-demand",
+        purchase_reason=(
+            "training checkpoints and resumes, so it runs on spot (seed 000: about 1/3 of on-demand)"
+            if training
+            else "steady inference: on-demand capacity, to be covered by a 1-year commitment (billing, not a resource)"
+        ),
+    )
+
+
+def validate_rendered(text: str, stack: str, project_dir: Path) -> None:
+    """Parse the rendered file exactly as `gpuforge preview` would, in a scratch project."""
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        shutil.copy(project_dir / "Pulumi.yaml", scratch / "Pulumi.yaml")
+        (scratch / "stacks").mkdir()
+        (scratch / "stacks" / f"Pulumi.{stack}.yaml").write_text(text)
+        raw, _ = load_stack_config(scratch, stack)
+        parse_stack_config(raw, stack)
+
+
+@click.group("stack")
+def command() -> None:
+    """Team stacks from the reference profiles."""
+
+
+@command.command("new")
+@click.option("--team", required=True, help="Team data file: stacks/teams/<team>.yaml.")
+@click.option("--profile", required=True, help="Reference profile (components/profiles/<name>.yaml).")
+@click.option("--region", default=None, help="AWS region; default is the team's.")
+@click.option("--budget", type=int, default=None, help="Monthly budget in USD; default is the team's.")
+@click.option("--owner", default=None, help="Owner tag; default is the team's owner.")
+@click.option("--force", is_flag=True, help="Overwrite an existing stack file.")
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory holding Pulumi.yaml.",
+)
+def new(
+    team: str, profile: str, region: str | None, budget: int | None, owner: str | None, force: bool, project_dir: Path
+) -> None:
+    """Write stacks/Pulumi.<team>-<profile>.yaml for TEAM from PROFILE.
+
+    \b
+    Examples:
+      gpuforge stack new --team vision --profile cv-training
+      gpuforge stack new --team search --profile nlp-inference --budget 3500
+    Then: gpuforge preview --stack vision-cv-training; gpuforge cost --stack vision-cv-training
+    """
+    project_dir = project_dir.resolve()
+    req = StackRequest(team, profile, region, budget, owner)
+    path = project_dir / "stacks" / f"Pulumi.{req.stack}.yaml"
+    if path.exists() and not force:
+        raise InputError(f"{path.relative_to(project_dir)} exists", "pass --force to overwrite it (review the diff)")
+    text = render_stack(req, project_dir, project_dir / "stacks" / "teams")
+    validate_rendered(text, req.stack, project_dir)
+    atomic_write(path, text)
+    click.echo(f"wrote {path.relative_to(project_dir)}")
+    click.echo(f"next: gpuforge preview --stack {req.stack} && gpuforge cost --stack {req.stack}")
+
+
+__all__ = ["StackRequest", "Team", "command", "render_stack"]
