@@ -124,7 +124,8 @@ class Runner:
             return False
         if self.states[res.node].state == "ok":
             self.states[res.node] = NodeState(res.outcome.value, res.detail)
-            self.report.add(CheckResult("node.reachable", Level.ERROR, (res.node,), res.outcome.value, "ok", res.detail))
+            observed = {"outcome": res.outcome.value, "after_s": round(res.duration_s, 2)}
+            self.report.add(CheckResult("node.reachable", Level.ERROR, (res.node,), observed, "ok", res.detail))
         return True
 
     # -- stages

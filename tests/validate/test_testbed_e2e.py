@@ -95,6 +95,8 @@ def test_host_down_and_sshd_stopped_are_reported_within_the_bound(bed: Testbed, 
     # the connect stage waits at most one connection bound for all nodes together
     connect = [r for r in res.report.results if r.check == "node.reachable" and r.level is Level.ERROR]
     assert {r.targets[0] for r in connect} == {"node2", "node5"}
+    # each failure is known within the transport's bound (2 x connect + banner + auth), plus slack
+    assert all(r.observed["after_s"] <= BOUND.connect_bound() + 1 for r in connect), [r.observed for r in connect]
     assert took < 30, took
     summary = json.loads(res.report.to_json())["context"]["nodes"]
     assert summary["node5"]["state"] == "timeout"
@@ -148,3 +150,31 @@ def test_cli_json_junit_evidence_and_exit_code(bed: Testbed, tmp_path: Path, cap
     assert {n["state"] for n in doc["context"]["nodes"].values()} == {"ok"}
     assert "<failure" in junit.read_text() and json.loads((out / "report.json").read_text()) == doc
     assert json.loads((out / "versions.json").read_text())["iperf3"]["node1"].startswith("iperf 3")
+
+
+@pytest.mark.parametrize("bed", [3], indirect=True)
+def test_jump_host(bed: Testbed, tmp_path: Path) -> None:
+    """node1 is the bastion: node2/3 are reached through a direct-tcpip channel on it."""
+    doc = bed.inventory()
+    doc["ssh"]["jump_host"] = f"root@{bed.hosts[0].ip}"  # type: ignore[index]
+    doc["nodes"] = doc["nodes"][1:]  # type: ignore[index]
+    inv = Inventory.model_validate(doc)
+    transport = SshTransport(inv.ssh, BOUND)
+    try:
+        out = [transport.run(n, "hostname", 5) for n in inv.nodes]
+        assert [r.stdout.strip() for r in out] == ["node2", "node3"]
+        # the sessions really come from the bastion's address, not from the controller
+        peer = transport.run(inv.nodes[0], "echo $SSH_CLIENT", 5).stdout.split()[0]
+        assert peer == bed.hosts[0].ip
+    finally:
+        transport.close()
+    bed.stop_sshd(1)  # a hung bastion fails every node behind it, within the bound
+    transport = SshTransport(inv.ssh, BOUND)
+    try:
+        start = time.monotonic()
+        res = transport.run(inv.nodes[0], "hostname", 5)
+        again = transport.run(inv.nodes[1], "hostname", 5)
+        assert res.outcome is Outcome.TIMEOUT and "jump host" in res.detail and again.outcome is Outcome.TIMEOUT
+        assert time.monotonic() - start <= BOUND.connect_bound() + 1
+    finally:
+        transport.close()

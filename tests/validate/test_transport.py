@@ -1,0 +1,55 @@
+"""The local transport (no root needed) and the CLI's --transport local path."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from validate.inventory import Node
+from validate.transport import LocalTransport, Outcome, Timeouts, wrap
+
+NODE = Node(name="here", host="localhost")
+
+
+def test_local_runs_and_reports_exit_codes() -> None:
+    t = LocalTransport()
+    ok = t.run(NODE, "echo hi; echo err >&2", 5)
+    assert ok.ok and ok.stdout == "hi\n" and ok.stderr == "err\n"
+    bad = t.run(NODE, "exit 3", 5)
+    assert bad.outcome is Outcome.OK and bad.exit_code == 3 and not bad.ok
+
+
+def test_local_hung_command_is_a_timeout_within_the_bound() -> None:
+    start = time.monotonic()
+    res = LocalTransport().run(NODE, "sleep 30", 1)
+    assert res.outcome is Outcome.TIMEOUT and res.stage == "command"
+    assert time.monotonic() - start < 5
+
+
+def test_wrap_quotes_and_bounds() -> None:
+    assert wrap("echo 'a b'", 7) == "timeout -k 2 7 sh -c 'echo '\"'\"'a b'\"'\"''"
+    assert Timeouts(2, 3, 4, 5).connect_bound() == 2 * 2 + 3 + 4
+
+
+def test_cli_local_transport(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuforge.cli import main
+
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"nodes": [{"name": "here", "host": "localhost"}]}))
+    out = tmp_path / "ev"
+    with pytest.raises(SystemExit) as ex:
+        main(["validate", "--inventory", str(inv), "--transport", "local", "--checks", "system,network.mtu",
+              "--format", "json", "--out", str(out)])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert ex.value.code == 0, doc
+    assert {r["check"] for r in doc["results"]} == {"node.reachable", "system.identity", "network.mtu"}
+    assert doc["context"]["transport"] == "local" and (out / "report.json").is_file()
+    assert list((out / "evidence" / "here").glob("*system.identity.txt"))
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps({"nodes": [{"name": "a", "host": "x"}, {"name": "b", "host": "y"}]}))
+    with pytest.raises(SystemExit) as ex:
+        main(["validate", "--inventory", str(two), "--transport", "local"])
+    assert ex.value.code == 2 and "--transport local" in capsys.readouterr().err
