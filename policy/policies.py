@@ -125,7 +125,7 @@ def spot_max_price(resources: list[Any]) -> float | None:
         if dist.get("onDemandPercentageAboveBaseCapacity") == 0:
             prices.append(dist.get("spotMaxPrice"))
     try:
-        return max(float(p) for p in prices) if prices and all(prices) else None
+        return max(float(str(p)) for p in prices) if prices and all(prices) else None
     except (TypeError, ValueError):
         return None
 
