@@ -11,9 +11,16 @@ from __future__ import annotations
 import shlex
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuforge.results import CheckResult, Level
+from validate import localise
 from validate.checks import Expectations, ParseError
+from validate.network import iperf, schedule
+from validate.transport import Job, Outcome
+
+if TYPE_CHECKING:
+    from validate.runner import Runner
 
 NAME = "nccl.pair"
 
@@ -69,3 +76,49 @@ def judge(a: str, b: str, stdout: str, expect: Expectations) -> tuple[list[Check
         return results, None
     big = max(run.rows, key=lambda r: r.size)
     return results, max(big.oop_busbw, big.ip_busbw)
+
+
+class PairStage:
+    """Runs the pairs on the ring schedule through the runner (`self.r`) and localises them."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.r = runner
+
+    def run(self) -> localise.Verdict | None:
+        """all_reduce_perf on ring pairs of nodes that passed every tier; localised like iperf3."""
+        nodes = [n for n in self.r.active() if n.name not in self.r.degraded]
+        if len(nodes) < 2:
+            return None
+        by_name = {n.name: n for n in nodes}
+        values: list[localise.PairValue] = []
+        for no, rnd in enumerate(schedule.ring([n.name for n in nodes])):
+            jobs = []
+            for a, b in rnd:
+                hosts = (by_name[a].data_address, by_name[b].data_address)
+                cmd, bound = command(hosts, self.r.expect[a], self.r.opt.nccl_plan)
+                jobs.append(Job(by_name[a], cmd, bound, (a, b)))
+            for job, res in zip(jobs, self.r.run_jobs(f"nccl round {no + 1}", jobs), strict=True):
+                a, b = job.tag
+                self.r.evidence(f"nccl/round-{no:02d}", f"{a}-{b}", res)
+                if self.r.lost(res):
+                    continue
+                if res.outcome is Outcome.TIMEOUT:
+                    label = (iperf.pair_label(a, b),)
+                    self.r.report.add(CheckResult(NAME, Level.ERROR, label, None, None, res.detail))
+                    continue
+                out, busbw = judge(a, b, res.stdout, self.r.expect[a])
+                self.r.report.add(out)
+                if busbw is not None:
+                    values.append(localise.PairValue(a, b, busbw))
+        head = self.r.expect[nodes[0].name]
+        expected = head.extra.get("nccl_inter_2node_busbw_gbps")
+        frac = head.extra.get("nccl_pass_fraction")
+        verdict = localise.classify(
+            values,
+            float(expected) if expected is not None else None,
+            float(frac) if frac is not None else None,
+            unit="GB/s",
+        )
+        mat = localise.matrix([n.name for n in nodes], values)
+        self.r.report.add(localise.results(verdict, mat, name="nccl.localise", unit="GB/s"))
+        return verdict

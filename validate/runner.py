@@ -19,7 +19,8 @@ from gpuforge.results import CheckResult, Level, Report, atomic_write
 from validate import collective, localise
 from validate.checks import Expectations, NodeCheck, ParseError
 from validate.inventory import Inventory, Node
-from validate.network import iperf, ping, schedule
+from validate.network import iperf, ping
+from validate.network.stage import NetworkStage
 from validate.transport import CommandResult, Job, Outcome, Transport, run_many
 
 GATE_TIER = 0
@@ -91,10 +92,10 @@ class Runner:
 
     # -- helpers
 
-    def _active(self) -> list[Node]:
+    def active(self) -> list[Node]:
         return [n for n in self.inv.nodes if self.states[n.name].state == "ok"]
 
-    def _evidence(self, where: str, name: str, res: CommandResult) -> None:
+    def evidence(self, where: str, name: str, res: CommandResult) -> None:
         if self.opt.evidence_dir is None:
             return
         self._seq += 1
@@ -110,7 +111,7 @@ class Runner:
         text = json.dumps(header) + "\n--- stdout ---\n" + res.stdout + "\n--- stderr ---\n" + res.stderr
         atomic_write(self.opt.evidence_dir / "evidence" / where / f"{self._seq:04d}-{safe}.txt", text)
 
-    def _run(self, stage: str, jobs: list[Job]) -> list[CommandResult]:
+    def run_jobs(self, stage: str, jobs: list[Job]) -> list[CommandResult]:
         self.progress.stage(stage, len(jobs))
 
         def done(job: Job, res: CommandResult) -> None:
@@ -118,7 +119,7 @@ class Runner:
 
         return run_many(self.transport, jobs, self.opt.max_workers, done)
 
-    def _lost(self, res: CommandResult) -> bool:
+    def lost(self, res: CommandResult) -> bool:
         """A transport failure takes the node out of the run; it is reported once, not as a check."""
         if res.stage == "command":
             return False
@@ -139,8 +140,8 @@ class Runner:
         mat: dict[str, dict[str, float | None]] = {}
         rounds: list[list[tuple[str, str]]] = []
         if self.opt.network:
-            verdict, mat, rounds = self._network()
-        nccl_verdict = self._nccl_pairs() if self.opt.nccl_pairs else None
+            verdict, mat, rounds = NetworkStage(self).run()
+        nccl_verdict = collective.PairStage(self).run() if self.opt.nccl_pairs else None
         self.report.context.update(
             {
                 "nodes": {k: {"state": v.state, "detail": v.detail} for k, v in self.states.items()},
@@ -161,21 +162,21 @@ class Runner:
     def _connect(self) -> None:
         """Reach every node first, in parallel; each failure is reported once, with its outcome."""
         jobs = [Job(n, "true", 10.0) for n in self.inv.nodes]
-        for res in self._run("connect", jobs):
-            if not self._lost(res):
+        for res in self.run_jobs("connect", jobs):
+            if not self.lost(res):
                 self.report.add(CheckResult("node.reachable", Level.PASS, (res.node,), "ok", "ok", "ssh ok"))
 
     def _tier(self, tier: int, checks: list[NodeCheck[Any]]) -> None:
-        active = [n for n in self._active() if n.name not in self.degraded]
+        active = [n for n in self.active() if n.name not in self.degraded]
         skipped = [n for n in self.inv.nodes if n not in active]
         jobs = [Job(n, c.command(), c.timeout_s, c) for n in active for c in checks]
-        results = self._run(f"tier {tier}", jobs)
+        results = self.run_jobs(f"tier {tier}", jobs)
         failed: set[str] = set()
         measured: dict[str, dict[str, Any]] = {}
         for job, res in zip(jobs, results, strict=True):
             check: NodeCheck[Any] = job.tag
-            self._evidence(res.node, check.name, res)
-            if self._lost(res):
+            self.evidence(res.node, check.name, res)
+            if self.lost(res):
                 continue
             out, measurement = self._judge(check, res)
             self.report.add(out)
@@ -213,196 +214,6 @@ class Runner:
             msg = f"could not parse output: {exc}"
             return [CheckResult(check.name, Level.UNKNOWN, (node,), None, None, msg)], None
         return check.evaluate(node, measurement, self.expect[node]), measurement
-
-    # -- network
-
-    def _network(self) -> tuple[localise.Verdict, dict[str, dict[str, float | None]], list[list[tuple[str, str]]]]:
-        active = self._active()
-        names = [n.name for n in active]
-        expected, source = self._expected_link(active)
-        plan = schedule.tournament(names) if self.opt.schedule == "full" else schedule.ring(names)
-        values: list[localise.PairValue] = []
-        rounds: list[list[tuple[str, str]]] = []
-        for rnd in plan:
-            values += self._round(len(rounds), rnd, expected, source)
-            rounds.append(rnd)
-        verdict = localise.classify(values, expected)
-        if self.opt.schedule != "full" and (verdict.slow_nodes or verdict.suspects):
-            # Confirm: pair each suspect with a node it has not met, so two slow links that
-            # happen to share a node are not mistaken for a slow node.
-            tested = {frozenset((p.a, p.b)) for p in values}
-            suspects = verdict.slow_nodes + verdict.suspects
-            extra = schedule.confirm_round(suspects, names, tested, avoid=set(suspects))
-            if extra:
-                values += self._round(len(rounds), extra, expected, source)
-                rounds.append(extra)
-                verdict = localise.classify(values, expected)
-        if verdict.slow_links:
-            verdict = self._retest(verdict, values, rounds, expected, source)
-        if len(active) < 2:
-            verdict = localise.Verdict("no-data", message=f"{len(active)} healthy node(s): no pair to test")
-        mat = localise.matrix([n.name for n in self.inv.nodes], values)
-        if len(active) >= 2 or len(self.inv.nodes) >= 2:
-            self.report.add(localise.results(verdict, mat))
-        return verdict, mat, rounds
-
-    def _retest(
-        self,
-        verdict: localise.Verdict,
-        values: list[localise.PairValue],
-        rounds: list[list[tuple[str, str]]],
-        expected: float | None,
-        source: str | None,
-    ) -> localise.Verdict:
-        """Measure each lone low pair once more: a link that reaches speed on the retest is
-        intermittent (a warning, kept in the evidence), not slow. One round, disjoint pairs only."""
-        busy: set[str] = set()
-        rnd = []
-        for a, b in verdict.slow_links:
-            if a not in busy and b not in busy:
-                rnd.append((a, b))
-                busy.update((a, b))
-        again = {(p.a, p.b): p for p in self._round(len(rounds), rnd, expected, source)}
-        rounds.append(rnd)
-        first = {(p.a, p.b): p for p in values}
-        retested = localise.classify([again.get((p.a, p.b), p) for p in values], expected)
-        for key, p2 in again.items():
-            p1 = first[key]
-            if key in retested.low_pairs:
-                continue
-            label = (iperf.pair_label(*key),)
-            # The retest stands for the pair: drop the first run's failure, say that it happened.
-            self.report.results = [
-                r for r in self.report.results if not (r.check == iperf.NAME and r.targets == label and r.level is Level.ERROR)
-            ]
-            self.report.add(
-                CheckResult(
-                    "network.iperf3.intermittent",
-                    Level.WARNING,
-                    label,
-                    {"first_gbps": round(p1.worst, 4), "retest_gbps": round(p2.worst, 4)},
-                    None,
-                    "low on the first run, at speed on the retest: intermittent (evidence kept)",
-                )
-            )
-        values[:] = [again.get((p.a, p.b), p) for p in values]
-        return retested
-
-    def _expected_link(self, nodes: list[Node]) -> tuple[float | None, str | None]:
-        speeds = [(self.expect[n.name].link_gbps, self.expect[n.name].sources.get("link_gbps")) for n in nodes]
-        known = [(s, src) for s, src in speeds if s is not None]
-        if not known:
-            return None, None
-        return min(known, key=lambda x: x[0])  # a pair runs at its slower end's speed
-
-    def _round(
-        self, no: int, pairs: list[tuple[str, str]], expected: float | None, source: str | None
-    ) -> list[localise.PairValue]:
-        node = {n.name: n for n in self.inv.nodes}
-        st = self.opt.iperf
-        mtu = self._expected_mtu()
-        where = f"network/round-{no:02d}"
-        # ping first, on an idle link, so RTT is not measured through a full queue
-        pjobs = [
-            Job(node[a], ping.command(node[b].data_address, self.opt.ping, mtu), self.opt.ping.run_bound_s(), (a, b))
-            for a, b in pairs
-        ]
-        for job, res in zip(pjobs, self._run(f"round {no + 1}: ping", pjobs), strict=True):
-            a, b = job.tag
-            self._evidence(where, f"{a}-{b}.ping", res)
-            if self._lost(res):
-                continue
-            try:
-                self.report.add(ping.evaluate(a, b, ping.parse(res.stdout), self._p99_limit(), mtu))
-            except ParseError as exc:
-                self.report.add(CheckResult(ping.NAME, Level.UNKNOWN, (iperf.pair_label(a, b),), None, None, str(exc)))
-        ports = {p: st.port(no, i, len(pairs)) for i, p in enumerate(pairs)}
-        sjobs = [Job(node[b], iperf.server_command(node[b].data_address, ports[(a, b)], st), 10.0, (a, b)) for a, b in pairs]
-        started = []
-        for job, res in zip(sjobs, self._run(f"round {no + 1}: iperf3 servers", sjobs), strict=True):
-            a, b = job.tag
-            self._evidence(where, f"{a}-{b}.server", res)
-            if self._lost(res):
-                continue
-            if res.ok:
-                started.append((a, b))
-            else:
-                msg = f"iperf3 server on {b} did not start: {(res.stderr or res.detail).strip()[:200]}"
-                self.report.add(CheckResult(iperf.NAME, Level.UNKNOWN, (iperf.pair_label(a, b),), None, None, msg))
-        cjobs = [
-            Job(node[a], iperf.client_command(node[b].data_address, ports[(a, b)], st), st.run_bound_s(), (a, b))
-            for a, b in started
-            if self.states[a].state == "ok"
-        ]
-        values = []
-        for job, res in zip(cjobs, self._run(f"round {no + 1}: iperf3", cjobs), strict=True):
-            a, b = job.tag
-            self._evidence(where, f"{a}-{b}.iperf3", res)
-            if self._lost(res):
-                continue
-            label = (iperf.pair_label(a, b),)
-            if res.outcome is Outcome.TIMEOUT:
-                self.report.add(CheckResult(iperf.NAME, Level.ERROR, label, None, None, f"timed out: {res.detail}"))
-                continue
-            try:
-                m = iperf.parse(res.stdout)
-            except ParseError as exc:
-                self.report.add(CheckResult(iperf.NAME, Level.UNKNOWN, label, None, None, f"could not parse: {exc}"))
-                continue
-            self.report.add(iperf.evaluate(a, b, m, expected, source))
-            if m.error is None:
-                rev = m.reverse_bps / 1e9 if m.reverse_bps is not None else None
-                values.append(localise.PairValue(a, b, m.forward_bps / 1e9, rev))
-                if m.version:
-                    self.report.context.setdefault("versions", {}).setdefault("iperf3", {})[a] = m.version
-        return values
-
-    def _nccl_pairs(self) -> localise.Verdict | None:
-        """all_reduce_perf on ring pairs of nodes that passed every tier; localised like iperf3."""
-        nodes = [n for n in self._active() if n.name not in self.degraded]
-        if len(nodes) < 2:
-            return None
-        by_name = {n.name: n for n in nodes}
-        values: list[localise.PairValue] = []
-        for no, rnd in enumerate(schedule.ring([n.name for n in nodes])):
-            jobs = []
-            for a, b in rnd:
-                hosts = (by_name[a].data_address, by_name[b].data_address)
-                cmd, bound = collective.command(hosts, self.expect[a], self.opt.nccl_plan)
-                jobs.append(Job(by_name[a], cmd, bound, (a, b)))
-            for job, res in zip(jobs, self._run(f"nccl round {no + 1}", jobs), strict=True):
-                a, b = job.tag
-                self._evidence(f"nccl/round-{no:02d}", f"{a}-{b}", res)
-                if self._lost(res):
-                    continue
-                if res.outcome is Outcome.TIMEOUT:
-                    label = (iperf.pair_label(a, b),)
-                    self.report.add(CheckResult(collective.NAME, Level.ERROR, label, None, None, res.detail))
-                    continue
-                out, busbw = collective.judge(a, b, res.stdout, self.expect[a])
-                self.report.add(out)
-                if busbw is not None:
-                    values.append(localise.PairValue(a, b, busbw))
-        head = self.expect[nodes[0].name]
-        expected = head.extra.get("nccl_inter_2node_busbw_gbps")
-        frac = head.extra.get("nccl_pass_fraction")
-        verdict = localise.classify(
-            values,
-            float(expected) if expected is not None else None,
-            float(frac) if frac is not None else None,
-            unit="GB/s",
-        )
-        mat = localise.matrix([n.name for n in nodes], values)
-        self.report.add(localise.results(verdict, mat, name="nccl.localise", unit="GB/s"))
-        return verdict
-
-    def _expected_mtu(self) -> int | None:
-        found = [int(e.extra["mtu"]) for e in self.expect.values() if e.extra.get("mtu") is not None]
-        return min(found) if found else None
-
-    def _p99_limit(self) -> float | None:
-        found = [float(e.extra["ping_p99_ms"]) for e in self.expect.values() if e.extra.get("ping_p99_ms") is not None]
-        return min(found) if found else None
 
 
 # Checks whose per-node measurements are also compared across the cluster (driver, VBIOS...).
