@@ -94,9 +94,10 @@ class GpuCluster(pulumi.ComponentResource):
                 bucket_arns=[storage.checkpoint_bucket_arn],
                 directory_bucket_arn=storage.directory_bucket_arn,
                 root_volume_gib=cfg.root_volume_gib,
-                user_data_b64=lambda node: render_user_data(
-                    cfg, node, checkpoint_command=checkpoint_command(cfg)
-                ).user_data_base64,
+                # One rendering per stack: every node boots the launch template's user data and
+                # takes its name from its Name tag (IMDS instance tags), so a 256-node stack does
+                # not render (and store) 256 near-identical 9 KB documents.
+                user_data_b64=render_user_data(cfg, None, checkpoint_command=checkpoint_command(cfg)).user_data_base64,
                 public_ip=cfg.public_ips and cfg.vpc_id is None,
                 key_name=cfg.key_name,
                 data_volume=DataVolumeSpec(dv.type, dv.size_gib) if dv else None,

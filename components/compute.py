@@ -8,7 +8,7 @@ the EC2 EFA guide lays it out), so NCCL sees every card.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pulumi
@@ -39,7 +39,7 @@ class NodesArgs:
     bucket_arns: Sequence[pulumi.Input[str]]
     directory_bucket_arn: pulumi.Input[str]
     root_volume_gib: int
-    user_data_b64: Callable[[str | None], str]  # node name (None: launch template default) -> base64
+    user_data_b64: str  # the launch template's user data (generic node: name from the Name tag)
     public_ip: bool
     key_name: str | None = None
     data_volume: DataVolumeSpec | None = None
@@ -119,7 +119,7 @@ class GpuNodes(pulumi.ComponentResource):
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=args.placement_group),
             instance_market_options=args.market_options,
             capacity_reservation_specification=args.capacity_reservation,
-            user_data=args.user_data_b64(None),
+            user_data=args.user_data_b64,
             update_default_version=True,
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tags)
@@ -136,7 +136,6 @@ class GpuNodes(pulumi.ComponentResource):
                 node_name,
                 launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
                 placement_group=args.placement_group,
-                user_data_base64=args.user_data_b64(node_name),
                 tags={**tags, "Name": node_name},
                 opts=child,
             )

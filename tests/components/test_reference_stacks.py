@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 
 import pytest
@@ -147,14 +148,17 @@ def test_tags_on_taggable_resources(result):
         assert expected.items() <= r.inputs["tags"].items(), r.name
 
 
-def test_user_data_is_real_and_per_node(result):
+def test_nodes_boot_the_rendered_bootstrap_and_are_named_by_tag(result):
+    (lt,) = [cluster_template(result.run)]
+    data = base64.b64decode(lt.inputs["userData"])
+    if data[:2] == b"\x1f\x8b":  # gzip: cloud-init accepts it, and it keeps large bootstraps under 16 KB
+        data = gzip.decompress(data)
+    assert data.startswith(b"#cloud-config")
+    assert len(base64.b64decode(lt.inputs["userData"])) <= 16 * 1024
+    assert lt.inputs["metadataOptions"]["instanceMetadataTags"] == "enabled"  # the name comes from the tag
     for inst in result.run.of_type("aws:ec2/instance:Instance"):
-        data = base64.b64decode(inst.inputs["userDataBase64"])
-        if data[:2] == b"\x1f\x8b":
-            import gzip
-
-            data = gzip.decompress(data)
-        assert inst.name.encode() in data
+        assert "userDataBase64" not in inst.inputs and "userData" not in inst.inputs
+        assert inst.inputs["tags"]["Name"] == inst.name
 
 
 def test_exports(result):
