@@ -79,6 +79,16 @@ def test_half_rate_node_is_named(bed: Testbed, tmp_path: Path) -> None:
     assert res.report.exit_code() == 1
 
 
+def test_half_rate_link_is_named_not_its_nodes(bed: Testbed, tmp_path: Path) -> None:
+    bed.shape_link(2, 3, RATE_MBIT, RATE_MBIT / 2)
+    res, _ = _run(bed, tmp_path)
+    assert res.verdict is not None and (res.verdict.kind, res.verdict.slow_links) == ("link", [("node2", "node3")])
+    assert res.verdict.slow_nodes == []
+    assert len(res.rounds) == 3  # two ring rounds + the retest of the low pair, which stayed low
+    [loc] = [r for r in res.report.results if r.check == "network.localise"]
+    assert loc.targets == ("node2<->node3",) and loc.level is Level.ERROR
+
+
 def test_host_down_and_sshd_stopped_are_reported_within_the_bound(bed: Testbed, tmp_path: Path) -> None:
     bed.link_down(2)
     bed.stop_sshd(5)

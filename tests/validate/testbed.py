@@ -178,6 +178,28 @@ class Testbed:
         _sh("ip", "netns", "exec", h.ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
             "rate", f"{mbit:g}mbit", "burst", "32kbit", "latency", "400ms")  # fmt: skip
 
+    def shape_link(self, i: int, j: int, base_mbit: float, slow_mbit: float) -> None:
+        """Slow only the link i<->j: htb on both ends, a u32 filter sends the peer's traffic to a slow class.
+
+        Small packets (TCP ACKs, IP length < 128) get their own top-priority class: in one htb
+        queue they would wait behind data and slow what the host *receives* from everyone else.
+        """
+        for src, dst in ((i, j), (j, i)):
+            ns, peer = self.hosts[src - 1].ns, self.hosts[dst - 1].ip
+            tc = ("ip", "netns", "exec", ns, "tc")
+            _sh(*tc, "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10")
+            _sh(*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb", "rate", f"{base_mbit:g}mbit",
+                "burst", "32kbit", "cburst", "32kbit")  # fmt: skip
+            ack = base_mbit / 10  # ACKs of a full-rate stream need ~3 % of it; the data class borrows the rest
+            for cls, rate, prio in (("1:5", ack, 0), ("1:10", base_mbit - ack, 1), ("1:20", slow_mbit, 1)):
+                _sh(*tc, "class", "add", "dev", "eth0", "parent", "1:1", "classid", cls, "htb", "rate", f"{rate:g}mbit",
+                    "ceil", f"{base_mbit if cls != '1:20' else slow_mbit:g}mbit", "prio", str(prio),
+                    "burst", "32kbit", "cburst", "32kbit", "quantum", "1514")  # fmt: skip
+            _sh(*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "1:5")  # fmt: skip
+            _sh(*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "2", "u32",
+                "match", "ip", "dst", f"{peer}/32", "flowid", "1:20")  # fmt: skip
+
     def shape_all(self, mbit: float) -> None:
         for h in self.hosts:
             self.shape(h.index, mbit)
