@@ -71,6 +71,7 @@ class StackCost:
     role: str  # training | inference (from the profile's bootstrap recipe)
     compute_per_node: dict[str, float | None]  # option -> USD per node-hour; None: no price known
     storage_per_node: float  # USD per node-hour, the same for every option
+    max_nodes: int | None = None  # autoscaling ceiling; node_count is then the group's minimum
 
     def per_node_hourly(self, option: str) -> float | None:
         compute = self.compute_per_node[option]
@@ -97,6 +98,7 @@ class StackCost:
             "nodes": self.node_count,
             "gpus": self.node_count * self.gpus_per_node,
             "role": self.role,
+            "autoscaling_max_nodes": self.max_nodes,
             "storage_usd_per_node_hour": _r(self.storage_per_node),
             "options": {
                 option: {
@@ -105,6 +107,7 @@ class StackCost:
                     "usd_per_hour": _r(self.hourly(option)),
                     "usd_per_30_days": _r(self.thirty_days(option), 2),
                     "usd_per_gpu_hour": _r(self.per_gpu_hour(option)),
+                    "usd_per_hour_at_max": _r(_times(self.per_node_hourly(option), self.max_nodes)) if self.max_nodes else None,
                 }
                 for option in OPTIONS
             },
@@ -122,6 +125,7 @@ def stack_cost(cfg: StackConfig, node_count: int | None = None, data: PurchaseDa
     for key in ("1y", "3y"):
         compute[key] = None if od is None else od * (1 - data.commitments[key].discount)
     prices = load_catalog().storage.usd_per_gb_month
+    scaling = cfg.fleet.autoscaling
     storage_gb_month = cfg.root_volume_gib * prices["gp3"]
     dv = cfg.profile.storage.data_volume
     if dv is not None:
@@ -131,7 +135,9 @@ def stack_cost(cfg: StackConfig, node_count: int | None = None, data: PurchaseDa
         profile=cfg.profile.name,
         instance_type=cfg.instance.name,
         region=cfg.region,
-        node_count=node_count if node_count is not None else cfg.node_count,
+        # an autoscaled stack is costed at its minimum (what runs with an empty queue)
+        node_count=node_count if node_count is not None else (scaling.min_size if scaling else cfg.node_count),
+        max_nodes=scaling.max_size if scaling else None,
         gpus_per_node=cfg.instance.gpu_count,
         role="training" if cfg.profile.bootstrap.recipe in TRAINING_RECIPES else "inference",
         compute_per_node=compute,

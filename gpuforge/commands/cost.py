@@ -96,6 +96,13 @@ def _print_table(costs: list[StackCost], mix: Hybrid) -> None:
                 _money(c.per_gpu_hour(option), 4),
             )
         console.print(table)
+        if c.max_nodes:
+            at_max = c.to_dict()["options"]
+            console.print(
+                f"  autoscaling: costed at the minimum of {c.node_count} nodes; at the maximum of {c.max_nodes}: "
+                f"{_money(at_max['on_demand']['usd_per_hour_at_max'])} $/h on-demand, "
+                f"{_money(at_max['spot']['usd_per_hour_at_max'])} $/h spot"
+            )
     d = mix.to_dict()
     saving = mix.saving
     console.print(

@@ -122,3 +122,14 @@ def test_table_output_shows_every_option() -> None:
     assert result.exit_code == 0, result.output
     for label in ("on-demand", "spot", "1y commit", "3y commit", "hybrid", "saving 39.6%"):
         assert label in result.output
+
+
+def test_autoscaled_stack_is_costed_at_its_minimum_with_the_maximum_shown(tmp_path: Path) -> None:
+    raw, _ = load_stack_config(ROOT, "nlp-inference")
+    raw = {k: v for k, v in raw.items() if not k.startswith("gpuforge:kube")}
+    raw.update({"gpuforge:autoscaling": "true"})
+    cost = stack_cost(parse_stack_config(raw, "asg"))
+    # seed autoscaling: min 4, max 32 g4dn.8xlarge at 2.176 + 0.021918 = 2.197918 $/node-h
+    assert (cost.node_count, cost.max_nodes) == (4, 32)
+    assert cost.hourly("on_demand") == pytest.approx(4 * 2.197918, abs=1e-5)
+    assert cost.to_dict()["options"]["on_demand"]["usd_per_hour_at_max"] == pytest.approx(32 * 2.197918, abs=1e-4)
