@@ -53,3 +53,23 @@ def test_cli_local_transport(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as ex:
         main(["validate", "--inventory", str(two), "--transport", "local"])
     assert ex.value.code == 2 and "--transport local" in capsys.readouterr().err
+
+
+def test_cli_save_baseline_only_from_a_clean_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("validate.thresholds")
+    from gpuforge.cli import main
+
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"nodes": [{"name": "here", "host": "localhost"}]}))
+    base = tmp_path / "baseline.json"
+    common = ["validate", "--inventory", str(inv), "--transport", "local", "--out", str(tmp_path / "ev")]
+    with pytest.raises(SystemExit) as ex:
+        main([*common, "--checks", "system", "--save-baseline", str(base)])
+    assert ex.value.code == 0 and json.loads(base.read_text())["schema"] == 1
+    capsys.readouterr()
+    broken = tmp_path / "broken.json"
+    # 99 GPUs: gpu.inventory fails (or is unknown without nvidia-smi) on any machine; nothing is saved
+    inv.write_text(json.dumps({"expect": {"gpus_per_node": 99}, "nodes": [{"name": "here", "host": "localhost"}]}))
+    with pytest.raises(SystemExit) as ex:
+        main([*common, "--checks", "gpu.inventory", "--save-baseline", str(broken)])
+    assert ex.value.code == 2 and not broken.exists() and "not saved" in capsys.readouterr().err
