@@ -6,9 +6,11 @@ two floors under the same mock engine:
 
 - bare floor (the issue's definition): the same number of custom resources with one input each;
 - graph floor: the very graph the preview recorded (same type tokens, same inputs), registered
-  flat by a trivial program: what the SDK costs for these resources no matter how the program
-  is written. preview / graph floor is gpuforge's own overhead (components, outputs, bootstrap
-  rendering, config validation).
+  flat as untyped custom resources by a trivial program;
+- typed floor: the same graph declared flat through the same pulumi-aws classes
+  (`aws.ec2.Instance(...)` with the recorded inputs): what the SDK and the provider SDK cost for
+  these resources however the program is written. preview / typed floor is gpuforge's own
+  overhead (components, outputs, bootstrap rendering, config validation, policies).
 
 Goal: at 256 nodes at most 1.3x the floor, and linear growth.
 
@@ -86,10 +88,49 @@ def time_preview(proj: Path) -> tuple[float, int, list[tuple[str, str, dict]]]:
     return elapsed, len(graph), graph
 
 
-def time_graph_floor(base: Path, graph: list[tuple[str, str, dict]]) -> float:
-    proj = base / "graph-floor"
+TYPED_MAIN = '''
+import importlib
+import json
+import re
+import warnings
+
+import pulumi
+
+warnings.simplefilter("ignore", DeprecationWarning)
+KEEP = {"tags", "tagsAll"}  # user keys inside these maps are data, not property names
+
+
+def snake(name):
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def to_kwargs(value, keep=False):
+    if isinstance(value, dict):
+        return {(k if keep else snake(k)): to_kwargs(v, k in KEEP) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_kwargs(v) for v in value]
+    return value
+
+
+class Recorded(pulumi.CustomResource):
+    def __init__(self, typ, name, inputs):
+        super().__init__(typ, name, inputs)
+
+
+for typ, name, inputs in json.load(open("graph.json")):
+    pkg, mod, cls_name = typ.split(":")
+    if pkg == "aws":
+        cls = getattr(importlib.import_module("pulumi_aws." + mod.split("/")[0]), cls_name)
+        cls(name, **{snake(k): to_kwargs(v, k in KEEP) for k, v in inputs.items()})
+    else:
+        Recorded(typ, name, inputs)
+'''
+
+
+def time_graph_floor(base: Path, graph: list[tuple[str, str, dict]], typed: bool = False) -> float:
+    proj = base / ("typed-floor" if typed else "graph-floor")
     proj.mkdir(exist_ok=True)
-    (proj / "__main__.py").write_text(GRAPH_MAIN)
+    (proj / "__main__.py").write_text(TYPED_MAIN if typed else GRAPH_MAIN)
     (proj / "graph.json").write_text(json.dumps(graph))
     mocks = OfflineMocks(MockHints("us-east-1", "use1-az6", "10.42.0.0/20"))
     t0 = time.perf_counter()
@@ -127,14 +168,18 @@ def main() -> None:
             count, graph = runs[0][1], runs[0][2]
             f = statistics.median(time_floor(floor, count) for _ in range(args.repeat))
             g = statistics.median(time_graph_floor(base, graph) for _ in range(args.repeat))
-            rows.append((n, count, t, f, g))
+            ty = statistics.median(time_graph_floor(base, graph, typed=True) for _ in range(args.repeat))
+            rows.append((n, count, t, f, g, ty))
 
     print(
         f"{'nodes':>6} {'resources':>10} {'preview s':>10} {'bare floor s':>13} {'ratio':>6} "
-        f"{'graph floor s':>14} {'ratio':>6} {'ms/resource':>12}"
+        f"{'graph floor s':>14} {'ratio':>6} {'typed floor s':>14} {'ratio':>6} {'ms/resource':>12}"
     )
-    for n, count, t, f, g in rows:
-        print(f"{n:>6} {count:>10} {t:>10.3f} {f:>13.3f} {t / f:>6.2f} {g:>14.3f} {t / g:>6.2f} {1000 * t / count:>12.2f}")
+    for n, count, t, f, g, ty in rows:
+        print(
+            f"{n:>6} {count:>10} {t:>10.3f} {f:>13.3f} {t / f:>6.2f} {g:>14.3f} {t / g:>6.2f} "
+            f"{ty:>14.3f} {t / ty:>6.2f} {1000 * t / count:>12.2f}"
+        )
     n0, c0, t0 = rows[0][:3]
     n1, c1, t1 = rows[-1][:3]
     print(f"growth {n0}->{n1} nodes: resources x{c1 / c0:.1f}, time x{t1 / t0:.1f}")
