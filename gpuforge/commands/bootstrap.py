@@ -8,6 +8,7 @@ import click
 
 from bootstrap.render import USER_DATA_FILE, render_user_data
 from components.config import parse_stack_config
+from gpuforge.commands.options import project_dir_option
 from gpuforge.errors import InputError
 from gpuforge.results import atomic_write
 from gpuforge.stackfile import load_stack_config
@@ -22,13 +23,7 @@ def command() -> None:
 @click.option("--stack", "-s", required=True, help="Stack name (stacks/Pulumi.<stack>.yaml).")
 @click.option("--node", "node", default=None, help="Node name; default: the launch template's generic node.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output directory.")
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Directory holding Pulumi.yaml.",
-)
+@project_dir_option
 def render(stack: str, node: str | None, out: Path, project_dir: Path) -> None:
     """Render the user data of one node (or the launch template's) into OUT.
 

@@ -9,19 +9,14 @@ import click
 
 from components.config import parse_stack_config
 from components.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
+from gpuforge.commands.options import project_dir_option
 from gpuforge.stackfile import load_stack_config
 
 
 @click.command("cost")
 @click.option("--stack", "-s", "stacks", multiple=True, required=True, help="Stack name; repeat for several.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Directory holding Pulumi.yaml.",
-)
+@project_dir_option
 def command(stacks: tuple[str, ...], fmt: str, project_dir: Path) -> None:
     """Cost of one or more stacks: on-demand, spot, 1- and 3-year commitments.
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from gpuforge.commands.options import project_dir_option
 from gpuforge.errors import EXIT_CHECKS_FAILED
 
 
@@ -18,12 +19,27 @@ from gpuforge.errors import EXIT_CHECKS_FAILED
 @click.option("--probe-capacity", is_flag=True,
               help="Create and at once cancel a targeted capacity reservation to prove capacity (billed briefly).")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on unknown results too, not only on errors.")
-@click.option("--project-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=Path("."),
-              show_default=True, help="Directory with Pulumi.yaml.")
+@project_dir_option
 def command(
     stack: str, fmt: str, junit: Path | None, pin_az: bool, probe_capacity: bool, strict: bool, project_dir: Path
 ) -> None:
-    """Check quotas, offerings, capacity, storage and referenced resources; rank AZ IDs."""
+    """Prove a stack can deploy before `pulumi up`, and pick the AZ ID where it fits.
+
+    Uses your normal AWS credentials and region (AWS_PROFILE, AWS_REGION; AWS_ENDPOINT_URL for
+    emulators). Checks the account, the instance type's offerings per AZ ID and its facts
+    against the catalog, vCPU quotas (on-demand or spot) with headroom, capacity reservations,
+    S3 Express per AZ ID, the AMI, network and key pair the stack names, and spot prices for
+    spot stacks; then ranks the region's AZ IDs and says why. Calls the account may not make,
+    or that the endpoint does not serve, are `unknown` with the reason.
+
+    \b
+    Exit: 0 deployable, 1 something blocks it (or an unknown, with --strict), 2 bad input.
+    \b
+    Examples:
+      gpuforge preflight --stack cv-training
+      gpuforge preflight --stack risk-sim --format json --junit preflight.xml
+      gpuforge preflight --stack cv-training --pin-az   # write the chosen AZ ID to the stack file
+    """
     from gpuforge.preflight.runner import run_preflight  # imported here: boto3 loads only when run
 
     report = run_preflight(project_dir, stack, pin_az=pin_az, probe_capacity=probe_capacity)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from gpuforge.commands.options import project_dir_option
 from gpuforge.errors import EXIT_CHECKS_FAILED
 from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
 
@@ -15,13 +16,7 @@ from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
 @click.command("preview")
 @click.option("--stack", "-s", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Directory holding Pulumi.yaml.",
-)
+@project_dir_option
 @click.option(
     "--policies/--no-policies",
     default=True,

@@ -17,6 +17,7 @@ import jinja2
 from components.catalog import did_you_mean, load_catalog
 from components.config import parse_stack_config
 from components.profiles import load_profile, profile_names
+from gpuforge.commands.options import project_dir_option
 from gpuforge.errors import InputError
 from gpuforge.results import atomic_write
 from gpuforge.stackfile import load_stack_config
@@ -123,13 +124,7 @@ def command() -> None:
 @click.option("--budget", type=int, default=None, help="Monthly budget in USD; default is the team's.")
 @click.option("--owner", default=None, help="Owner tag; default is the team's owner.")
 @click.option("--force", is_flag=True, help="Overwrite an existing stack file.")
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Directory holding Pulumi.yaml.",
-)
+@project_dir_option
 def new(
     team: str, profile: str, region: str | None, budget: int | None, owner: str | None, force: bool, project_dir: Path
 ) -> None:
