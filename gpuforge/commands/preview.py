@@ -65,8 +65,9 @@ def _print_table(result: PreviewResult) -> None:
     cfg = result.config
     console.print(f"[bold]gpuforge preview[/] stack [cyan]{cfg.stack}[/] profile [cyan]{cfg.profile.name}[/]")
     console.print(f"[dim]{DISCLAIMER}[/]\n")
-    width = max(len("  " * d + t) for d, t, _ in tree_rows(result))
-    for depth, typ, name in tree_rows(result):
+    rows = [(d, short_type(t), n) for d, t, n in tree_rows(result)]
+    width = max(len("  " * d + t) for d, t, _ in rows)
+    for depth, typ, name in rows:
         label = ("  " * depth + typ).ljust(width)
         console.print(f"+ {label}  [bold]{name}[/]", soft_wrap=True, highlight=False)
     custom = sum(r.custom for r in result.run.resources)
@@ -110,3 +111,11 @@ def _print_table(result: PreviewResult) -> None:
 
 def _money(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.2f}"
+
+
+def short_type(token: str) -> str:
+    """The form `pulumi preview` prints: aws:ec2/vpc:Vpc -> aws:ec2:Vpc (JSON keeps the full token)."""
+    parts = token.split(":")
+    if len(parts) == 3 and "/" in parts[1]:
+        return f"{parts[0]}:{parts[1].split('/')[0]}:{parts[2]}"
+    return token
