@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
-from components.fleet import FleetConfig, parse_fleet
+from components.fleet import FleetConfig, check_gpu_quota, parse_fleet
 from components.kubernetes.settings import KubernetesSettings, kubernetes_settings
 from components.profiles import Profile, UnknownProfileError, load_profile, profile_names
 from gpuforge.errors import ConfigError
@@ -262,11 +262,17 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         owner=parsed.owner,
         cost_center=parsed.costCenter,
         ngc_api_key_parameter=parsed.ngcApiKeyParameter,
-        fleet=parse_fleet(parsed, instance, region, parsed.azId, catalog),
+        fleet=_fleet(parsed, instance, region, catalog, node_count),
         kubernetes=kubernetes_settings(
             parsed, profile, instance, catalog.gpu(instance), node_count, reg.az_ids
         ),
     )
+
+
+def _fleet(parsed: RawStackConfig, instance: InstanceType, region: str, catalog: Catalog, node_count: int) -> FleetConfig:
+    fleet = parse_fleet(parsed, instance, region, parsed.azId, catalog)
+    check_gpu_quota(fleet, instance, node_count)
+    return fleet
 
 
 def _network(key: str, text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:

@@ -8,6 +8,7 @@ No Pulumi here.
 
 from __future__ import annotations
 
+import math
 import re
 from functools import cache
 from pathlib import Path
@@ -59,6 +60,26 @@ class FleetConfig(_Frozen):
 
     def max_nodes(self, node_count: int) -> int:
         return self.autoscaling.max_size if self.autoscaling else node_count
+
+
+def check_gpu_quota(fleet: FleetConfig, instance: InstanceType, node_count: int) -> None:
+    """A stack that states its team's GPU quota must fit in it with the seed's headroom left.
+
+    This is the early, clear refusal (exit 2, before any resource); the policy pack checks the
+    same against the team file itself, so a stack cannot raise its own quota by editing this key.
+    """
+    if fleet.gpu_quota is None:
+        return
+    headroom = float(guardrails()["quota"]["headroom_fraction"])
+    allowed = math.floor(fleet.gpu_quota * (1 - headroom))
+    gpus = instance.gpu_count * fleet.max_nodes(node_count)
+    if gpus > allowed:
+        raise ConfigError(
+            f"{_NS}:gpuQuota",
+            f"the stack needs {gpus} GPUs ({fleet.max_nodes(node_count)} × {instance.gpu_count} {instance.gpu_model}), "
+            f"but a quota of {fleet.gpu_quota} less {headroom:.0%} headroom allows {allowed}",
+            "use fewer nodes or a smaller type, or raise the team's gpu_quota in stacks/teams/<team>.yaml",
+        )
 
 
 def compatible_types(instance: InstanceType, region: str, az_id: str, catalog: Catalog) -> tuple[str, ...]:

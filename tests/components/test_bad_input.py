@@ -36,6 +36,8 @@ CASES = [
     ("unknown region", base_config(**{"aws:region": "us-east-9"}), "aws:region", "did you mean 'us-east-1'"),
     ("half an existing network", base_config(vpcId="vpc-0abc12345"), "gpuforge:subnetId", "both vpcId and subnetId"),
     ("bad os", base_config(os="centos-7"), "gpuforge:os", "ubuntu-22.04"),
+    # 8 GPUs against floor(8 × 0.85) = 6 allowed with the seed's headroom
+    ("over the GPU quota", base_config(gpuQuota=8), "gpuforge:gpuQuota", "allows 6"),
 ]
 
 
