@@ -29,6 +29,27 @@ from validate.transport import LocalTransport, SshTransport, Timeouts, Transport
 NETWORK = "network"
 
 
+def _load(path: str | None, stack: str | None, region: str | None, ssh_flags: dict[str, str | None]) -> Inventory:
+    """--inventory FILE or --discover STACK (exactly one); the --ssh-* flags override its ssh section."""
+    if (path is None) == (stack is None):
+        raise InputError(
+            "pass exactly one of --inventory FILE and --discover STACK",
+            "--inventory for a file (or - for stdin), --discover for a stack's running EC2 instances",
+        )
+    if region is not None and stack is None:
+        raise InputError("--region only applies to --discover", "drop --region, or use --discover STACK")
+    flags = {k: v for k, v in ssh_flags.items() if v is not None}
+    if stack is not None:
+        from validate.discover import discover_inventory
+
+        return discover_inventory(stack, region, ssh=flags)
+    assert path is not None
+    inv = load_inventory(path)
+    if flags:
+        inv = inv.model_copy(update={"ssh": inv.ssh.model_copy(update=flags)})
+    return inv
+
+
 def _registry_checks() -> list[NodeCheck[Any]]:
     """Part B's GPU/NCCL/compute checks when that module exists; import errors inside it surface."""
     if importlib.util.find_spec("validate.registry") is None:
@@ -221,7 +242,13 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 
 
 @click.command("validate")
-@click.option("--inventory", "inventory_path", required=True, help="Inventory YAML/JSON file, or - for stdin.")
+@click.option("--inventory", "inventory_path", default=None, help="Inventory YAML/JSON file, or - for stdin.")
+@click.option("--discover", "discover_stack", default=None, metavar="STACK",
+              help="Find the stack's running instances in EC2 by tag (project=gpuforge, stack=STACK) instead.")  # fmt: skip
+@click.option("--region", default=None, help="AWS region for --discover (default: the AWS config's).")
+@click.option("--ssh-user", default=None, help="SSH user (overrides the inventory's ssh.user).")
+@click.option("--ssh-key", "ssh_key", default=None, help="SSH private key file (overrides ssh.key_file).")
+@click.option("--known-hosts", default=None, help="known_hosts file (overrides ssh.known_hosts).")
 @click.option("--checks", default=None, help="Comma-separated checks or groups (e.g. gpu,network,nccl.local).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write JUnit XML here.")
@@ -244,7 +271,12 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
     help="Also check the cluster's Kubernetes GPU layer (validate/kubernetes.py) through this kubeconfig.",
 )
 def command(
-    inventory_path: str,
+    inventory_path: str | None,
+    discover_stack: str | None,
+    region: str | None,
+    ssh_user: str | None,
+    ssh_key: str | None,
+    known_hosts: str | None,
     checks: str | None,
     fmt: str,
     junit: Path | None,
@@ -260,7 +292,7 @@ def command(
     kubeconfig: Path | None = None,
 ) -> None:
     """Prove a running cluster: tier-0 gates, GPU checks, iperf3/ping pairs, localisation."""
-    inv = load_inventory(inventory_path)
+    inv = _load(inventory_path, discover_stack, region, {"user": ssh_user, "key_file": ssh_key, "known_hosts": known_hosts})
     tokens = [t.strip() for t in checks.split(",") if t.strip()] if checks else None
     selected, network = _select(tokens, system_checks(network=True) + _registry_checks())
     network = network and transport_kind == "ssh" and len(inv.nodes) >= 2

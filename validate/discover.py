@@ -1,0 +1,160 @@
+"""Build the inventory from EC2 itself: `gpuforge validate --discover STACK`.
+
+Stacks whose GPU nodes come from an EKS managed node group or an Auto Scaling group export an
+inventory with no nodes (their instances are not known at deploy time). Every instance gpuforge
+launches carries the stack's tags (components/config.py StackConfig.tags: project, stack,
+profile, ...; the launch template propagates them to group members), so the running instances
+are found by `project=gpuforge` + `stack=STACK`. The result is the same Inventory model a file
+gives (validate/inventory.py), so everything after this is unchanged.
+
+boto3 only: validate never imports pulumi (DESIGN.md). Every AWS failure becomes an InputError
+(exit 2, one `error:` line), never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from gpuforge.errors import InputError
+from validate.inventory import Inventory
+
+PROJECT = "gpuforge"  # the `project` tag value (components/config.py PROJECT); a literal: no pulumi import
+_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthFailure",
+           "InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken", "UnrecognizedClientException"}  # fmt: skip
+
+
+def _filters(stack: str) -> list[dict[str, Any]]:
+    return [
+        {"Name": "tag:project", "Values": [PROJECT]},
+        {"Name": "tag:stack", "Values": [stack]},
+        {"Name": "instance-state-name", "Values": ["running"]},
+    ]
+
+
+def _tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags") or [] if "Key" in t and "Value" in t}
+
+
+def _aws_error(api: str, exc: Exception, region: str | None) -> InputError:
+    """One InputError per failure kind, naming the API and how to fix it."""
+    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, NoRegionError
+
+    where = f" in {region}" if region else ""
+    if isinstance(exc, NoCredentialsError):
+        return InputError(
+            f"--discover: no AWS credentials found for {api}",
+            "configure credentials (AWS_PROFILE, aws configure, or an instance role), or pass --inventory FILE",
+        )
+    if isinstance(exc, NoRegionError):
+        return InputError("--discover: no AWS region configured", "pass --region (e.g. --region us-east-1)")
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code") or "")
+        message = str(err.get("Message") or "").strip().splitlines()[0:1]
+        text = f"{code}: {message[0]}" if message else code
+        if code in _DENIED or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 403:
+            return InputError(
+                f"--discover: {api} was denied{where} ({text})",
+                f"allow {api} for these credentials, or pass --inventory FILE",
+            )
+        return InputError(f"--discover: {api} failed{where} ({text})", "check --region and the credentials")
+    if isinstance(exc, EndpointConnectionError):
+        return InputError(f"--discover: cannot reach the EC2 endpoint{where} ({exc})", "check --region and the network")
+    return InputError(f"--discover: {api} failed{where}: {type(exc).__name__}: {exc}", "retry with --debug for details")
+
+
+def _running_instances(ec2: Any, stack: str, page_size: int | None) -> list[dict[str, Any]]:
+    paginator = ec2.get_paginator("describe_instances")
+    config = {"PageSize": page_size} if page_size else {}
+    out: list[dict[str, Any]] = []
+    for page in paginator.paginate(Filters=_filters(stack), PaginationConfig=config):
+        for reservation in page.get("Reservations", []):
+            out.extend(reservation.get("Instances", []))
+    return out
+
+
+def _zone_ids(ec2: Any) -> dict[str, str]:
+    zones = ec2.describe_availability_zones(AllAvailabilityZones=True)["AvailabilityZones"]
+    return {z["ZoneName"]: z["ZoneId"] for z in zones if "ZoneName" in z and "ZoneId" in z}
+
+
+def nodes_from_instances(instances: list[dict[str, Any]], zone_ids: dict[str, str]) -> list[dict[str, Any]]:
+    """Inventory node entries, the same keys as components/cluster.py's `inventory` export.
+
+    Name: the Name tag, else the instance id. Auto Scaling and node-group members usually share
+    one Name tag; names must be unique, so a shared Name gets the instance id appended.
+    """
+    names = Counter(_tags(i).get("Name") or i["InstanceId"] for i in instances)
+    nodes = []
+    for inst in instances:
+        iid = inst["InstanceId"]
+        tag_name = _tags(inst).get("Name") or iid
+        name = tag_name if names[tag_name] == 1 else f"{tag_name}-{iid}"
+        public, private = inst.get("PublicIpAddress"), inst.get("PrivateIpAddress")
+        host = public or private
+        if not host:
+            continue  # running without any address (detached ENI): nothing to reach
+        zone = (inst.get("Placement") or {}).get("AvailabilityZone")
+        nodes.append(
+            {
+                "name": name,
+                "host": host,
+                "instance_id": iid,
+                "private_ip": private,
+                "public_ip": public,
+                "availability_zone": zone,
+                "az_id": zone_ids.get(zone) if zone else None,
+                "instance_type": inst.get("InstanceType"),
+            }
+        )
+    return sorted(nodes, key=lambda n: n["name"])
+
+
+def _profile(instances: list[dict[str, Any]], stack: str) -> str | None:
+    profiles = sorted({p for i in instances if (p := _tags(i).get("profile"))})
+    if len(profiles) > 1:
+        raise InputError(
+            f"--discover {stack}: the running instances carry different `profile` tags: {', '.join(profiles)}",
+            "one stack has one profile; check the instances' tags, or pass --inventory FILE",
+        )
+    return profiles[0] if profiles else None
+
+
+def discover_inventory(
+    stack: str,
+    region: str | None = None,
+    *,
+    ssh: dict[str, Any] | None = None,
+    page_size: int | None = None,
+    session: Any = None,
+) -> Inventory:
+    """The Inventory of the stack's running instances; InputError for every failure."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    api = "ec2:DescribeInstances"
+    try:
+        sess = session or boto3.session.Session(region_name=region)
+        ec2 = sess.client("ec2", region_name=region) if region else sess.client("ec2")
+        region = region or ec2.meta.region_name
+        instances = _running_instances(ec2, stack, page_size)
+        if not instances:
+            raise InputError(
+                f"--discover {stack}: no running instances tagged project={PROJECT}, stack={stack} in {region}",
+                "check the stack name and --region; instances still booting or scaled to zero are not listed",
+            )
+        api = "ec2:DescribeAvailabilityZones"
+        zone_ids = _zone_ids(ec2)
+    except (ClientError, BotoCoreError) as exc:
+        raise _aws_error(api, exc, region) from None
+    nodes = nodes_from_instances(instances, zone_ids)
+    if not nodes:
+        raise InputError(
+            f"--discover {stack}: {len(instances)} running instance(s) but none has an IP address",
+            "check the instances' network interfaces",
+        )
+    doc: dict[str, Any] = {"profile": _profile(instances, stack), "nodes": nodes}
+    if ssh:
+        doc["ssh"] = ssh
+    return Inventory.model_validate(doc)
