@@ -6,6 +6,8 @@ assert on plans (fabric manager only on NVSwitch types, st1 mount only with a da
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +63,8 @@ class NodePlan:
     ngc_parameter: str | None
     mig_layout: tuple[str, ...]
     checkpoint_command: str | None
+    checkpoint_images: tuple[str, ...]  # pulled at bootstrap, so the checkpoint downloads nothing
+    cloudwatch_agent: str | None  # the agent's JSON config (feeds the idle-GPU alarm); None: no agent
     phases: tuple[Phase, ...]
 
     @property
@@ -83,6 +87,7 @@ class NodePlan:
             "nvidia_container_toolkit": v.nvidia_container_toolkit.version,
             "dcgm": v.dcgm.version,
             "nccl_tests": v.nccl_tests.version if self.nccl else None,
+            "cloudwatch_agent": v.cloudwatch_agent.version if self.cloudwatch_agent else None,
             "ngc_image": self.image,
         }
         return {
@@ -111,6 +116,8 @@ def plan_node(
     *,
     data_volume_id: str | None = None,
     checkpoint_command: str | None = None,
+    checkpoint_images: Sequence[str] = (),
+    cloudwatch_agent: Mapping[str, Any] | None = None,
 ) -> NodePlan:
     inst = cfg.instance
     profile = cfg.profile
@@ -139,6 +146,15 @@ def plan_node(
         raise BootstrapError(f"data_volume_id {data_volume_id!r} is not an EBS volume id", "pass it like vol-0abc1234")
     if checkpoint_command is not None and not checkpoint_command.strip():
         raise BootstrapError("checkpoint_command is empty", "pass the command that saves a checkpoint, or None")
+    pinned_images = {v.aws_cli_image.image, *v.ngc_images}
+    if checkpoint_images and not checkpoint_command:
+        raise BootstrapError("checkpoint_images without a checkpoint_command", "pass the command that uses them")
+    if bad_images := [i for i in checkpoint_images if i not in pinned_images]:
+        raise BootstrapError(
+            f"checkpoint image(s) {', '.join(bad_images)} not pinned in bootstrap/versions.yaml",
+            f"use one of {', '.join(sorted(pinned_images))}, or pin it there (aws_cli_image, ngc_images)",
+        )
+    agent_json = _agent_json(cloudwatch_agent) if cloudwatch_agent is not None else None
 
     nccl = profile.bootstrap.recipe in NCCL_RECIPES
     efa_interfaces = inst.efa_interfaces if nccl else 0
@@ -159,8 +175,11 @@ def plan_node(
     if mig:
         phases.append(Phase("mig", f"MIG layout {','.join(mig)}"))
     phases.append(Phase("tools", "validation tools: iperf3, DCGM" + (", nccl-tests" if nccl else "")))
+    if agent_json:
+        phases.append(Phase("cloudwatch-agent", "CloudWatch agent publishing NVIDIA GPU metrics for the idle-GPU alarm"))
     if checkpoint_command:
-        phases.append(Phase("spot-watcher", "spot interruption watcher that runs the checkpoint command"))
+        pre = f"; pre-pulls {', '.join(checkpoint_images)}" if checkpoint_images else ""
+        phases.append(Phase("spot-watcher", f"spot interruption watcher that runs the checkpoint command{pre}"))
     phases.append(Phase("self-check", "GPU count and model, driver/fabric manager versions, EFA provider"))
 
     return NodePlan(
@@ -186,5 +205,20 @@ def plan_node(
         ngc_parameter=cfg.ngc_api_key_parameter,
         mig_layout=tuple(mig),
         checkpoint_command=checkpoint_command,
+        checkpoint_images=tuple(checkpoint_images),
+        cloudwatch_agent=agent_json,
         phases=tuple(phases),
     )
+
+
+def _agent_json(config: Mapping[str, Any]) -> str:
+    """The CloudWatch agent config as the node gets it, refused unless it collects NVIDIA GPU
+    metrics into a namespace (an agent that publishes nothing the alarm reads is no agent)."""
+    metrics = config.get("metrics") or {}
+    nvidia = (metrics.get("metrics_collected") or {}).get("nvidia_gpu") or {}
+    if not metrics.get("namespace") or not nvidia.get("measurement"):
+        raise BootstrapError(
+            "cloudwatch_agent config has no metrics.namespace or metrics.metrics_collected.nvidia_gpu.measurement",
+            "pass components.monitoring.agent_config(stack)",
+        )
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"

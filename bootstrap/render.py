@@ -12,6 +12,7 @@ import gzip
 import json
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +23,11 @@ from bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapE
 from bootstrap.versions import Versions, load_versions
 from components.config import StackConfig
 
-__all__ = ["EC2_USER_DATA_LIMIT", "BootstrapError", "RenderedBootstrap", "render_user_data"]
+__all__ = ["AGENT_CONFIG_FILE", "EC2_USER_DATA_LIMIT", "BootstrapError", "RenderedBootstrap", "render_user_data"]
 
 EC2_USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2 API limit)
 USER_DATA_FILE = "user-data.yaml"
+AGENT_CONFIG_FILE = "etc/gpuforge/cloudwatch-agent.json"  # what the cloudwatch-agent phase loads
 _HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -66,15 +68,28 @@ def render_user_data(
     *,
     data_volume_id: str | None = None,
     checkpoint_command: str | None = None,
+    checkpoint_images: Sequence[str] = (),
+    cloudwatch_agent: Mapping[str, Any] | None = None,
     versions: Versions | None = None,
 ) -> RenderedBootstrap:
     """User data for `node_name` (None: the generic node of a launch template, named by its
     Name tag at boot). `data_volume_id` pins which EBS volume is the data volume (default: the
-    only non-root EBS volume). `checkpoint_command` turns on the spot interruption watcher."""
+    only non-root EBS volume). `checkpoint_command` turns on the spot interruption watcher;
+    `checkpoint_images` (pinned in versions.yaml) are pulled at bootstrap so that the command
+    downloads nothing in the 2 minutes it has. `cloudwatch_agent` is the CloudWatch agent config
+    (components.monitoring.agent_config: the metrics the idle-GPU alarm reads); None installs no agent."""
     if node_name is not None and not _HOSTNAME.fullmatch(node_name):
         raise BootstrapError(f"node name {node_name!r} is not a valid hostname", "use lowercase letters, digits, '-'")
     v = versions or load_versions()
-    plan = plan_node(cfg, node_name, v, data_volume_id=data_volume_id, checkpoint_command=checkpoint_command)
+    plan = plan_node(
+        cfg,
+        node_name,
+        v,
+        data_volume_id=data_volume_id,
+        checkpoint_command=checkpoint_command,
+        checkpoint_images=checkpoint_images,
+        cloudwatch_agent=cloudwatch_agent,
+    )
     files = _render_files(plan, v)
     text = _cloud_config(plan, files)
     raw = text.encode()
@@ -99,6 +114,7 @@ def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
         "nccl_deb": plan.cuda.nccl,
         "base_packages": BASE_PACKAGES,
         "ctk_packages": CONTAINER_TOOLKIT_PACKAGES,
+        "agent_config_file": f"/{AGENT_CONFIG_FILE}",
         "v": v,
         "expected": plan.expected(v),
     }
@@ -113,6 +129,8 @@ def _render_files(plan: NodePlan, v: Versions) -> dict[str, str]:
         "etc/gpuforge/expected.json": json.dumps(plan.expected(v), indent=2, sort_keys=True) + "\n",
         "etc/systemd/system/gpuforge-bootstrap.service": env.get_template("gpuforge-bootstrap.service.j2").render(ctx),
     }
+    if plan.cloudwatch_agent:
+        files[AGENT_CONFIG_FILE] = plan.cloudwatch_agent
     for phase in plan.phases:
         files[f"opt/gpuforge/phases/{phase.name}.sh"] = env.get_template(f"phases/{phase.name}.sh.j2").render(
             ctx, phase=phase

@@ -80,6 +80,19 @@ class ContainerToolkit(_Pin):
     key_fingerprint: str = Field(pattern=_FPR)
 
 
+class CloudWatchAgent(Download):
+    key_url: str
+    key_fingerprint: str = Field(pattern=_FPR)
+
+    @property
+    def signature_url(self) -> str:
+        return self.resolved_url + ".sig"
+
+
+class Image(_Pin):
+    image: str = Field(pattern=r"^[a-z0-9.-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$")
+
+
 class Dcgm(_Pin):
     package: str
     version: str
@@ -100,6 +113,8 @@ class Versions(BaseModel):
     aws_ofi_nccl: OfiNccl
     nvidia_container_toolkit: ContainerToolkit
     dcgm: Dcgm
+    cloudwatch_agent: CloudWatchAgent
+    aws_cli_image: Image
     ngc_images: dict[str, NgcImage]
     nvidia_smi_names: dict[str, str]
     nvidia_smi_names_source: str

@@ -14,7 +14,7 @@ from components.compute import DataVolumeSpec, GpuNodes, NodesArgs
 from components.config import StackConfig
 from components.network import GpuNetwork, NetworkArgs
 from components.operations import declare_operations
-from components.purchase import capacity_reservation, checkpoint_command, market_options
+from components.purchase import capacity_reservation, market_options
 from components.storage import ClusterStorage, StorageArgs
 
 
@@ -76,7 +76,7 @@ class GpuCluster(pulumi.ComponentResource):
                 lambda acct: f"arn:aws:ssm:{cfg.region}:{acct}:parameter/{param}"
             )
 
-        from bootstrap.render import render_user_data  # components -> bootstrap (DESIGN.md)
+        from components.userdata import metric_namespace, stack_user_data  # components -> bootstrap (DESIGN.md)
 
         dv = cfg.profile.storage.data_volume
         eks = cfg.kubernetes is not None and cfg.kubernetes.mode == "eks"
@@ -97,7 +97,8 @@ class GpuCluster(pulumi.ComponentResource):
                 # One rendering per stack: every node boots the launch template's user data and
                 # takes its name from its Name tag (IMDS instance tags), so a 256-node stack does
                 # not render (and store) 256 near-identical 9 KB documents.
-                user_data_b64=render_user_data(cfg, None, checkpoint_command=checkpoint_command(cfg)).user_data_base64,
+                user_data_b64=stack_user_data(cfg).user_data_base64,
+                metric_namespace=metric_namespace(cfg),
                 public_ip=cfg.public_ips and cfg.vpc_id is None,
                 key_name=cfg.key_name,
                 data_volume=DataVolumeSpec(dv.type, dv.size_gib) if dv else None,

@@ -44,6 +44,7 @@ class NodesArgs:
     key_name: str | None = None
     data_volume: DataVolumeSpec | None = None
     ngc_parameter_arn: pulumi.Input[str] | None = None
+    metric_namespace: str | None = None  # the CloudWatch agent publishes GPU metrics here (idle alarm)
     tags: dict[str, str] = field(default_factory=dict)
     # Purchase option (components/purchase.py): spot / capacity-block market, reservation target.
     market_options: aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None = None
@@ -86,7 +87,7 @@ class GpuNodes(pulumi.ComponentResource):
             f"{name}-buckets",
             role=role.id,
             policy=pulumi.Output.all(args.directory_bucket_arn, args.ngc_parameter_arn or "", *args.bucket_arns).apply(
-                lambda arns: node_policy(arns[0], arns[2:], arns[1] or None)
+                lambda arns: node_policy(arns[0], arns[2:], arns[1] or None, args.metric_namespace)
             ),
             opts=child,
         )
@@ -196,9 +197,15 @@ def network_interfaces(
     ]
 
 
-def node_policy(directory_bucket_arn: str, bucket_arns: Sequence[str], ngc_parameter_arn: str | None) -> str:
+def node_policy(
+    directory_bucket_arn: str,
+    bucket_arns: Sequence[str],
+    ngc_parameter_arn: str | None,
+    metric_namespace: str | None = None,
+) -> str:
     """Least privilege: object access to this cluster's buckets, S3 Express sessions on its
-    directory bucket, and reading the NGC key parameter if one is configured."""
+    directory bucket, reading the NGC key parameter if one is configured, and publishing
+    metrics into the CloudWatch agent's namespace only."""
     statements: list[dict[str, object]] = [
         {
             "Sid": "ListClusterBuckets",
@@ -222,5 +229,16 @@ def node_policy(directory_bucket_arn: str, bucket_arns: Sequence[str], ngc_param
     if ngc_parameter_arn:
         statements.append(
             {"Sid": "ReadNgcKey", "Effect": "Allow", "Action": ["ssm:GetParameter"], "Resource": [ngc_parameter_arn]}
+        )
+    if metric_namespace:
+        # PutMetricData has no resource-level ARNs: Resource must be "*", the namespace condition scopes it.
+        statements.append(
+            {
+                "Sid": "PublishGpuMetrics",
+                "Effect": "Allow",
+                "Action": ["cloudwatch:PutMetricData"],
+                "Resource": ["*"],
+                "Condition": {"StringEquals": {"cloudwatch:namespace": metric_namespace}},
+            }
         )
     return json.dumps({"Version": "2012-10-17", "Statement": statements})

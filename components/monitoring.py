@@ -3,7 +3,9 @@ the seed's 70% (components/guardrails.yaml) for the configured minutes.
 
 The metric comes from the CloudWatch agent's NVIDIA collector on each node. `agent_config`
 is the agent configuration that produces it with the `gpuforge-stack` dimension the alarm
-reads; the node bootstrap has to install it (not wired in yet, see the issue note).
+reads; the node bootstrap installs the agent with it (bootstrap phase cloudwatch-agent) and the
+node role may publish into that namespace only (components/compute.py). Alarm and agent both
+read the namespace and metric from components/guardrails.yaml, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -17,6 +19,24 @@ import pulumi_aws as aws
 from components.fleet import guardrails
 
 PERIOD_S = 300  # the agent's 60 s samples averaged over 5 minutes
+STACK_DIMENSION = "gpuforge-stack"
+# The agent names nvidia_gpu measurements nvidia_smi_<measurement> (utilization_gpu ->
+# nvidia_smi_utilization_gpu), in the namespace of the `metrics` section.
+AGENT_METRIC_PREFIX = "nvidia_smi_"
+EXTRA_MEASUREMENTS = ("utilization_memory", "memory_used", "memory_total")
+
+
+def alarm_dimensions(stack: str) -> dict[str, str]:
+    """The one series the alarm reads: the agent's roll-up over every GPU of every node of the stack."""
+    return {STACK_DIMENSION: stack}
+
+
+def _idle_metric() -> tuple[str, str]:
+    idle = guardrails()["idle"]
+    name: str = idle["metric_name"]
+    if not name.startswith(AGENT_METRIC_PREFIX):
+        raise ValueError(f"components/guardrails.yaml: idle.metric_name {name!r} is not a CloudWatch agent nvidia_gpu metric")
+    return idle["metric_namespace"], name
 
 
 @dataclass(frozen=True)
@@ -32,16 +52,16 @@ class IdleAlarm(pulumi.ComponentResource):
         self, name: str, args: IdleAlarmArgs, topic_arn: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("gpuforge:aws:IdleAlarm", name, None, opts)
-        idle = guardrails()["idle"]
+        namespace, metric = _idle_metric()
         alarm = aws.cloudwatch.MetricAlarm(
             f"{name}-gpu-idle",
             alarm_description=(
                 f"average GPU utilisation of stack {args.stack} under {args.util_percent}% for "
                 f"{args.minutes} min: scale down or stop it"
             ),
-            namespace=idle["metric_namespace"],
-            metric_name=idle["metric_name"],
-            dimensions={"gpuforge-stack": args.stack},
+            namespace=namespace,
+            metric_name=metric,
+            dimensions=alarm_dimensions(args.stack),
             statistic="Average",
             period=PERIOD_S,
             evaluation_periods=max(1, args.minutes * 60 // PERIOD_S),
@@ -56,17 +76,21 @@ class IdleAlarm(pulumi.ComponentResource):
 
 
 def agent_config(stack: str) -> dict[str, Any]:
-    """CloudWatch agent config: NVIDIA GPU utilisation every 60 s, rolled up per stack."""
+    """CloudWatch agent config: NVIDIA GPU utilisation (and memory) every 60 s, rolled up per
+    stack into exactly the namespace, metric and dimensions the idle alarm reads."""
+    namespace, metric = _idle_metric()
+    measured = metric.removeprefix(AGENT_METRIC_PREFIX)
     return {
         "agent": {"metrics_collection_interval": 60},
         "metrics": {
-            "namespace": guardrails()["idle"]["metric_namespace"],
+            "namespace": namespace,
             "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
-            "aggregation_dimensions": [["gpuforge-stack"]],
+            # Besides the per-GPU series, publish one that carries only the alarm's dimensions.
+            "aggregation_dimensions": [sorted(alarm_dimensions(stack))],
             "metrics_collected": {
                 "nvidia_gpu": {
-                    "measurement": ["utilization_gpu", "utilization_memory", "memory_used", "memory_total"],
-                    "append_dimensions": {"gpuforge-stack": stack},
+                    "measurement": [measured, *(m for m in EXTRA_MEASUREMENTS if m != measured)],
+                    "append_dimensions": alarm_dimensions(stack),
                 }
             },
         },

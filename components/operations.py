@@ -11,6 +11,13 @@ from components.config import StackConfig
 from components.monitoring import IdleAlarm, IdleAlarmArgs
 
 
+def idle_alarm_args(cfg: StackConfig) -> IdleAlarmArgs | None:
+    """The stack's idle-GPU alarm (every stack has one today). The node bootstrap installs the
+    CloudWatch agent only where this is not None (components/userdata.py): no alarm, no agent."""
+    fleet = cfg.fleet
+    return IdleAlarmArgs(stack=cfg.stack, util_percent=fleet.idle_util_percent, minutes=fleet.idle_minutes, tags=cfg.tags)
+
+
 def declare_operations(
     name: str,
     cfg: StackConfig,
@@ -37,12 +44,8 @@ def declare_operations(
             opts=child,
         )
     topic = AlertTopic(name, tags, opts=child)
-    IdleAlarm(
-        name,
-        IdleAlarmArgs(stack=cfg.stack, util_percent=fleet.idle_util_percent, minutes=fleet.idle_minutes, tags=tags),
-        topic.arn,
-        opts=child,
-    )
+    if (idle := idle_alarm_args(cfg)) is not None:
+        IdleAlarm(name, idle, topic.arn, opts=child)
     if fleet.budget_usd is not None:
         StackBudget(
             name,

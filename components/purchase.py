@@ -12,12 +12,12 @@ import shlex
 
 import pulumi_aws as aws
 
+from bootstrap.versions import load_versions
 from components.config import StackConfig
 from components.fleet import FleetConfig
 from components.storage import checkpoint_bucket_name
 
 CHECKPOINT_DIR = "checkpoints"  # under the profile's scratch mount; training jobs write here
-AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.35"  # the node has Docker, not the AWS CLI
 
 
 def market_options(fleet: FleetConfig) -> aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None:
@@ -47,6 +47,16 @@ def capacity_reservation(fleet: FleetConfig) -> aws.ec2.LaunchTemplateCapacityRe
     )
 
 
+def aws_cli_image() -> str:
+    """The node has Docker, not the AWS CLI: the pinned AWS CLI image (bootstrap/versions.yaml)."""
+    return load_versions().aws_cli_image.image
+
+
+def checkpoint_images(cfg: StackConfig) -> tuple[str, ...]:
+    """What the checkpoint command runs; the bootstrap pulls it on spot nodes ahead of time."""
+    return (aws_cli_image(),) if checkpoint_command(cfg) else ()
+
+
 def checkpoint_command(cfg: StackConfig) -> str | None:
     """On spot, what the watcher runs on the 2-minute interruption notice: copy the node's
     checkpoints to the stack's (regional, versioned) checkpoint bucket. None off spot."""
@@ -55,7 +65,8 @@ def checkpoint_command(cfg: StackConfig) -> str | None:
     src = f"{cfg.profile.storage.scratch_mount.rstrip('/')}/{CHECKPOINT_DIR}"
     dest = f"s3://{checkpoint_bucket_name(cfg.bucket_base, cfg.region)}/{cfg.stack}"
     # The container reaches IMDSv2 for the node role's credentials (hop limit 2 in the template).
+    # --pull never: the image was pulled at bootstrap; a download now would eat the 2 minutes.
     return (
-        f"docker run --rm -v {shlex.quote(src)}:/ckpt:ro {AWS_CLI_IMAGE} "
+        f"docker run --rm --pull never -v {shlex.quote(src)}:/ckpt:ro {aws_cli_image()} "
         f's3 sync /ckpt {shlex.quote(dest)}/"$(hostname)"/ --only-show-errors'
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from bootstrap.render import USER_DATA_FILE, render_user_data
+from bootstrap.render import USER_DATA_FILE
 from components.config import parse_stack_config
 from gpuforge.commands.options import project_dir_option
 from gpuforge.errors import InputError
@@ -37,7 +37,10 @@ def render(stack: str, node: str | None, out: Path, project_dir: Path) -> None:
     """
     raw, _secrets = load_stack_config(project_dir.resolve(), stack)
     cfg = parse_stack_config(raw, stack)
-    rendered = render_user_data(cfg, node)
+    from components.userdata import stack_user_data  # imports pulumi: only when rendering
+
+    # What the stack's nodes boot: with the spot watcher and the CloudWatch agent where they apply.
+    rendered = stack_user_data(cfg, node)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory", "pass a directory path")
     for rel, text in rendered.files.items():

@@ -29,12 +29,12 @@ FAKE = Path(__file__).resolve().parent / "fakes" / "fake"
 FAKED = (
     "apt-get", "apt-mark", "dpkg-query", "nvidia-smi", "nv-fabricmanager", "systemctl", "hostnamectl", "modprobe",
     "mdadm", "mkfs.ext4", "blkid", "findmnt", "mount", "mountpoint", "gpg", "curl", "docker", "nvidia-ctk",
-    "fi_info", "make",
+    "fi_info", "make", "dpkg",
 )  # fmt: skip
 REAL = (
     "bash", "sh", "tar", "gzip", "sha256sum", "sha512sum", "md5sum", "python3", "flock", "sleep", "seq", "readlink",
     "sort", "sed", "grep", "cut", "tr", "paste", "cat", "mkdir", "rm", "mv", "cp", "chmod", "touch", "date",
-    "dirname", "basename", "mktemp", "env", "ls", "head", "tail", "wc", "uniq", "timeout", "nproc", "uname", "awk",
+    "dirname", "basename", "mktemp", "cmp", "env", "ls", "head", "tail", "wc", "uniq", "timeout", "nproc", "uname", "awk",
 )  # fmt: skip
 SECRETS = {"FAKE_NGC_KEY": "nvapi-TEST-SECRET-0123456789", "FAKE_AWS_SECRET": "aws-secret-TEST-9876543210"}
 
@@ -70,7 +70,21 @@ def fixture_downloads(v: Versions) -> dict[str, bytes]:
         Path(v.nccl_tests.resolved_url).name: _targz({f"{tests_dir}/src/common.h": "/* fake */\n"}),
         # The fake gpg reports a key file's content as its fingerprint.
         v.cuda_repo.key_file: v.cuda_repo.key_fingerprint.encode(),
+        **cloudwatch_agent_downloads(v),
         Path(v.nvidia_container_toolkit.key_url).name: v.nvidia_container_toolkit.key_fingerprint.encode(),
+    }
+
+
+def cloudwatch_agent_downloads(v: Versions, signed_by: str | None = None) -> dict[str, bytes]:
+    """The agent .deb stand-in ("<package> <version>", read by the fake dpkg), its signing key
+    (the fake gpg reads a key's content as its fingerprint) and a signature over the .deb."""
+    cwa = v.cloudwatch_agent
+    deb = f"amazon-cloudwatch-agent {cwa.version}\n".encode()
+    sig = f"{signed_by or cwa.key_fingerprint} {hashlib.sha256(deb).hexdigest()}".encode()
+    return {
+        Path(cwa.resolved_url).name: deb,
+        Path(cwa.signature_url).name: sig,
+        Path(cwa.key_url).name: cwa.key_fingerprint.encode(),
     }
 
 

@@ -15,6 +15,7 @@ from bootstrap.render import EC2_USER_DATA_LIMIT, USER_DATA_FILE, BootstrapError
 from bootstrap.versions import VersionsError, load_versions
 from components.config import StackConfig
 from components.profiles import Sharing
+from components.userdata import stack_user_data
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 STACKS = ("cv-training", "nlp-inference", "risk-sim")
@@ -31,10 +32,14 @@ def _with(cfg: StackConfig, **update: object) -> StackConfig:
     return cfg.model_copy(update=update)
 
 
+def _spot(cfg: StackConfig) -> StackConfig:
+    return _with(cfg, fleet=cfg.fleet.model_copy(update={"purchase_option": "spot"}))
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_rendered_files_match_golden(stack: str, stack_cfg: dict[str, StackConfig], update_golden: bool) -> None:
     for node, sub in ((NODE.format(stack=stack), "node"), (None, "launch-template")):
-        files = render_user_data(stack_cfg[stack], node).files
+        files = stack_user_data(stack_cfg[stack], node).files  # what the stack's nodes boot
         root = GOLDEN / stack / sub
         if update_golden:
             shutil.rmtree(root, ignore_errors=True)
@@ -52,7 +57,7 @@ def test_rendered_files_match_golden(stack: str, stack_cfg: dict[str, StackConfi
 def test_user_data_fits_ec2_and_is_what_cloud_init_reads(stack: str, os_name: str, stack_cfg: dict[str, StackConfig]) -> None:
     cfg = _with(stack_cfg[stack], os=os_name)
     for node in (NODE.format(stack=stack), None):
-        r = render_user_data(cfg, node)
+        r = stack_user_data(cfg, node)
         assert len(r.user_data) <= EC2_USER_DATA_LIMIT
         text = r.files[USER_DATA_FILE]
         unpacked = gzip.decompress(r.user_data).decode() if r.compressed else r.user_data.decode()
@@ -62,7 +67,7 @@ def test_user_data_fits_ec2_and_is_what_cloud_init_reads(stack: str, os_name: st
         assert doc["runcmd"] == [["/opt/gpuforge/bin/gpuforge-bootstrap"]]
         written = {f["path"].lstrip("/"): f["content"] for f in doc["write_files"]}
         assert written == {k: v for k, v in r.files.items() if k != USER_DATA_FILE}
-        assert render_user_data(cfg, node).user_data == r.user_data, "rendering must be deterministic"
+        assert stack_user_data(cfg, node).user_data == r.user_data, "rendering must be deterministic"
 
 
 def test_24_04_gets_its_own_cuda_row(stack_cfg: dict[str, StackConfig]) -> None:
@@ -85,7 +90,7 @@ def test_oversized_user_data_is_refused_naming_the_size(stack_cfg: dict[str, Sta
 @pytest.mark.parametrize("stack", STACKS)
 def test_user_data_passes_cloud_init_schema(stack: str, stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
     f = tmp_path / "user-data.yaml"
-    f.write_text(render_user_data(stack_cfg[stack], None, checkpoint_command="true").files[USER_DATA_FILE])
+    f.write_text(stack_user_data(_spot(stack_cfg[stack]), None).files[USER_DATA_FILE])
     cmd = ["cloud-init", "schema", "--config-file", str(f)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -105,7 +110,8 @@ def _write_tree(files: dict[str, str], root: Path) -> list[Path]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_scripts_are_valid_bash_and_pass_shellcheck(stack: str, stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
-    files = render_user_data(stack_cfg[stack], None, checkpoint_command="sync").files
+    files = stack_user_data(_spot(stack_cfg[stack]), None).files  # every optional phase on
+    assert {"opt/gpuforge/phases/cloudwatch-agent.sh", "opt/gpuforge/phases/spot-watcher.sh"} <= set(files)
     scripts = _write_tree(files, tmp_path)
     assert len(scripts) >= 10
     for s in scripts:

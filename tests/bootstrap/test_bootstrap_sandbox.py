@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bootstrap.versions import load_versions
 from components.config import StackConfig
-from tests.bootstrap.bootstrap_sandbox import SECRETS, Sandbox, fixture_downloads, installs
+from components.monitoring import agent_config
+from components.purchase import checkpoint_command, checkpoint_images
+from tests.bootstrap.bootstrap_sandbox import SECRETS, Sandbox, cloudwatch_agent_downloads, fixture_downloads, installs
 
 STACKS = ("cv-training", "nlp-inference", "risk-sim")
 
@@ -21,7 +25,7 @@ def _names(calls: list[list[str]]) -> list[str]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_full_run_then_idempotent_rerun(stack: str, stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
     cfg = stack_cfg[stack]
-    sb = Sandbox(tmp_path, cfg, f"{stack}-node01")
+    sb = Sandbox(tmp_path, cfg, f"{stack}-node01", render_kwargs={"cloudwatch_agent": agent_config(stack)})
     first = sb.run()
     assert first.returncode == 0, first.stderr + sb.log()[-2000:]
     st = sb.status()
@@ -50,12 +54,17 @@ def test_full_run_then_idempotent_rerun(stack: str, stack_cfg: dict[str, StackCo
     assert (sb.state / "hostname").read_text().strip() == f"{stack}-node01"
     fstab = (sb.root / "etc/fstab").read_text()
     assert (f" {cfg.profile.storage.scratch_mount} ext4 " in fstab) == (cfg.instance.nvme_count > 0)
+    # The CloudWatch agent runs with the config the idle alarm's data comes from.
+    assert json.loads((sb.state / "cwagent-config.json").read_text()) == agent_config(stack)
+    assert (sb.state / "units/amazon-cloudwatch-agent.active").exists()
+    assert st["versions"]["observed"]["cloudwatch_agent"] == v.cloudwatch_agent.version
 
     second = sb.run()
     assert second.returncode == 0, second.stderr
     again = sb.last_run_calls()
     assert installs(again) == [], "a second run installs nothing"
-    assert not {"mkfs.ext4", "efa_installer.sh", "configure", "make", "hostnamectl"} & set(_names(again))
+    assert not {"mkfs.ext4", "efa_installer.sh", "configure", "make", "hostnamectl", "dpkg"} & set(_names(again))
+    assert "amazon-cloudwatch-agent-ctl" not in _names(again), "an applied agent config is not reloaded"
     assert not [c for c in again if c[:2] in (["mdadm", "--create"], ["docker", "pull"], ["apt-get", "update"])]
     st2 = sb.status()
     assert st2["run"] == 2 and st2["state"] == "succeeded"
@@ -208,3 +217,114 @@ def test_spot_watcher_runs_the_checkpoint_command_once(stack_cfg: dict[str, Stac
         subprocess.run(watcher, env=env, capture_output=True, text=True, timeout=30, check=True)
     assert marker.read_text() == "saved\n", "the checkpoint command ran exactly once"
     assert "spot interruption notice" in sb.log()
+
+
+def _agent_sandbox(tmp_path: Path, cfg: StackConfig, **kw: Any) -> Sandbox:
+    return Sandbox(tmp_path, cfg, "n1", render_kwargs={"cloudwatch_agent": agent_config(cfg.stack)}, **kw)
+
+
+def test_failed_cloudwatch_agent_install_fails_the_phase(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = _agent_sandbox(tmp_path, stack_cfg["nlp-inference"], env_overrides={"FAKE_FAIL": "dpkg"})
+    assert sb.run().returncode != 0
+    st = sb.status()
+    assert st["error"]["phase"] == "cloudwatch-agent" and "dpkg -i amazon-cloudwatch-agent" in st["error"]["message"]
+    assert {p["name"]: p["state"] for p in st["phases"]}["self-check"] == "not-run"
+    assert not (sb.state / "cwagent-config.json").exists(), "no config loaded into an agent that is not there"
+
+
+def test_cloudwatch_agent_with_a_bad_signature_is_not_installed(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    v = load_versions()
+    downloads = fixture_downloads(v)
+    downloads[Path(v.cloudwatch_agent.resolved_url).name] += b"tampered"
+    sb = _agent_sandbox(tmp_path, stack_cfg["nlp-inference"], downloads=downloads)
+    assert sb.run().returncode != 0
+    st = sb.status()
+    assert st["error"]["phase"] == "cloudwatch-agent" and "signature does not verify" in st["error"]["message"]
+    assert "dpkg" not in _names(sb.calls()), "nothing unverified reaches dpkg"
+
+
+def test_cloudwatch_agent_signed_by_another_key_is_refused(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    v = load_versions()
+    other = "0123456789ABCDEF0123456789ABCDEF01234567"
+    downloads = {**fixture_downloads(v), **cloudwatch_agent_downloads(v, signed_by=other)}
+    sb = _agent_sandbox(tmp_path, stack_cfg["nlp-inference"], downloads=downloads)
+    assert sb.run().returncode != 0
+    assert "signature does not verify" in sb.status()["error"]["message"]
+    downloads[Path(v.cloudwatch_agent.key_url).name] = other.encode()  # and a swapped key is refused first
+    sb2 = _agent_sandbox(tmp_path / "2", stack_cfg["nlp-inference"], downloads=downloads)
+    assert sb2.run().returncode != 0
+    assert "CloudWatch agent key fingerprint is not" in sb2.status()["error"]["message"]
+
+
+def test_changed_agent_config_is_reloaded_and_a_stopped_agent_fails_self_check(
+    stack_cfg: dict[str, StackConfig], tmp_path: Path
+) -> None:
+    sb = _agent_sandbox(tmp_path, stack_cfg["nlp-inference"])
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    conf = sb.root / "etc/gpuforge/cloudwatch-agent.json"
+    conf.write_text(conf.read_text().replace('"nlp-inference"', '"renamed"'))
+    assert sb.run().returncode == 0
+    assert [c for c in sb.last_run_calls() if c[0] == "amazon-cloudwatch-agent-ctl"], "a changed config is loaded"
+    assert '"renamed"' in (sb.state / "cwagent-config.json").read_text()
+    assert "dpkg" not in _names(sb.last_run_calls()), "but the agent is not reinstalled"
+    # An agent that stops later is restarted by the next run (the boot-time unit).
+    (sb.state / "units/amazon-cloudwatch-agent.active").unlink()
+    assert sb.run().returncode == 0
+    assert (sb.state / "units/amazon-cloudwatch-agent.active").exists()
+
+
+def test_no_idle_alarm_means_no_agent(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["nlp-inference"], "n1")
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    assert "cloudwatch-agent" not in [p["name"] for p in sb.status()["phases"]]
+    assert not [c for c in sb.calls() if c[0] in ("dpkg", "amazon-cloudwatch-agent-ctl")]
+    assert "cloudwatch_agent" not in sb.status()["versions"]["expected"]
+
+
+def _spot(cfg: StackConfig) -> StackConfig:
+    return cfg.model_copy(update={"fleet": cfg.fleet.model_copy(update={"purchase_option": "spot"})})
+
+
+def test_spot_node_pulls_the_checkpoint_image_at_bootstrap_not_at_interruption(
+    stack_cfg: dict[str, StackConfig], tmp_path: Path
+) -> None:
+    cfg = _spot(stack_cfg["nlp-inference"])
+    command, images = checkpoint_command(cfg), checkpoint_images(cfg)
+    assert command is not None and images == (load_versions().aws_cli_image.image,) and images[0] in command
+    sb = Sandbox(tmp_path, cfg, "n1", render_kwargs={"checkpoint_command": command, "checkpoint_images": images})
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    pulls = [c[-1] for c in sb.calls() if c[:2] == ["docker", "pull"]]
+    assert images[0] in pulls, "the bootstrap pulled the checkpoint image"
+    assert sb.run().returncode == 0
+    assert not [c for c in sb.last_run_calls() if c[:2] == ["docker", "pull"]], "a second run pulls nothing"
+    assert next(p for p in sb.status()["phases"] if p["name"] == "spot-watcher")["changed"] is False
+
+    (sb.state / "spot-notice").write_text('{"action": "terminate", "time": "2026-12-01T08:00:00Z"}')
+    watcher = [str(sb.root / "opt/gpuforge/bin/gpuforge-spot-watcher")]
+    env = {**sb.env(), "GPUFORGE_SPOT_MAX_POLLS": "1"}
+    before = len(sb.calls())
+    subprocess.run(watcher, env=env, capture_output=True, text=True, timeout=30, check=True)
+    at_notice = sb.calls()[before:]
+    runs = [c for c in at_notice if c[:2] == ["docker", "run"]]
+    assert len(runs) == 1 and "--pull" in runs[0] and runs[0][runs[0].index("--pull") + 1] == "never"
+    assert not [c for c in at_notice if c[:2] == ["docker", "pull"]] and not (sb.state / "pulled-at-run").exists()
+    assert "checkpoint command finished" in sb.log()
+
+
+def test_checkpoint_without_its_image_fails_fast_instead_of_downloading(
+    stack_cfg: dict[str, StackConfig], tmp_path: Path
+) -> None:
+    cfg = _spot(stack_cfg["nlp-inference"])
+    image = checkpoint_images(cfg)[0]
+    sb = Sandbox(
+        tmp_path, cfg, "n1", render_kwargs={"checkpoint_command": checkpoint_command(cfg), "checkpoint_images": (image,)},
+        env_overrides={"FAKE_FAIL": f"pull:{image}"},
+    )  # fmt: skip
+    assert sb.run().returncode != 0
+    st = sb.status()
+    assert st["error"]["phase"] == "spot-watcher" and f"docker pull {image} failed" in st["error"]["message"]
+    # Were the image gone at the notice, the command fails at once; it never downloads it then.
+    (sb.state / "spot-notice").write_text('{"action": "terminate", "time": "2026-12-01T08:00:00Z"}')
+    env = {**sb.env(), "GPUFORGE_SPOT_MAX_POLLS": "1"}
+    subprocess.run([str(sb.root / "opt/gpuforge/bin/gpuforge-spot-watcher")], env=env, timeout=30, check=True)
+    assert "checkpoint command FAILED" in sb.log() and not (sb.state / "pulled-at-run").exists()

@@ -7,6 +7,7 @@ import gzip
 import json
 
 import pytest
+import yaml
 
 from components.catalog import load_catalog
 from components.profiles import load_profile
@@ -134,10 +135,44 @@ def test_iam_is_scoped_to_this_clusters_buckets(result):
     assert attach.inputs["policyArn"].endswith("AmazonSSMManagedInstanceCore")
     (inline,) = run.of_type("aws:iam/rolePolicy:RolePolicy")
     doc = json.loads(inline.inputs["policy"])
-    resources = [r for s in doc["Statement"] for r in s["Resource"]]
+    # PutMetricData has no resource-level ARNs, so its Resource is "*": allowed only when a
+    # cloudwatch:namespace condition scopes it to the idle alarm's namespace.
+    alarm = idle_alarm(run)
+    metrics = [s for s in doc["Statement"] if s["Action"] == ["cloudwatch:PutMetricData"]]
+    assert [(s["Resource"], s["Condition"]) for s in metrics] == [
+        (["*"], {"StringEquals": {"cloudwatch:namespace": alarm.inputs["namespace"]}})
+    ]
+    resources = [r for s in doc["Statement"] if s not in metrics for r in s["Resource"]]
     assert all("*" not in r.replace("/*", "") for r in resources), resources
+    assert not [s for s in doc["Statement"] if any("*" in a for a in s["Action"])], "no wildcard actions"
     bucket = run.outputs["checkpointBucket"]
     assert any(bucket in r for r in resources)
+
+
+def idle_alarm(run):
+    (alarm,) = [a for a in run.of_type("aws:cloudwatch/metricAlarm:MetricAlarm") if a.name.endswith("-gpu-idle")]
+    return alarm
+
+
+def test_nodes_publish_the_metric_the_idle_alarm_reads(result):
+    """The alarm can fire: the agent config the nodes boot with publishes its namespace, metric
+    and exact dimension set (the agent names nvidia_gpu measurements nvidia_smi_<name>)."""
+    run = result.run
+    alarm = idle_alarm(run).inputs
+    data = base64.b64decode(cluster_template(run).inputs["userData"])
+    doc = yaml.safe_load(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    files = {f["path"]: f["content"] for f in doc["write_files"]}
+    assert "/opt/gpuforge/phases/cloudwatch-agent.sh" in files
+    assert "cloudwatch-agent" in files["/opt/gpuforge/bin/gpuforge-bootstrap"].split("PHASES=(")[1].split(")")[0]
+    agent = json.loads(files["/etc/gpuforge/cloudwatch-agent.json"])["metrics"]
+    assert agent["namespace"] == alarm["namespace"]
+    nvidia = agent["metrics_collected"]["nvidia_gpu"]
+    assert alarm["metricName"] in [f"nvidia_smi_{m}" for m in nvidia["measurement"]]
+    assert "nvidia_smi_memory_used" in [f"nvidia_smi_{m}" for m in nvidia["measurement"]]
+    # The roll-up series carries exactly the alarm's dimensions, with the alarm's values.
+    assert sorted(alarm["dimensions"]) in agent["aggregation_dimensions"]
+    assert alarm["dimensions"].items() <= nvidia["append_dimensions"].items()
+    assert alarm["dimensions"] == {"gpuforge-stack": result.config.stack}
 
 
 def test_tags_on_taggable_resources(result):

@@ -15,6 +15,7 @@ drv=$(cut -d, -f2 <<<"$out" | tr -d ' ' | sort -u | paste -sd/ -)
 [ "$drv" = 550.90.07 ] || miss+=("driver $drv, expected 550.90.07")
 if grep -qv Enabled <<<"$(cut -d, -f3 <<<"$out")"; then miss+=("persistence mode is off on some GPU"); fi
 grep -q 'Runtimes:.*nvidia' <<<"$(docker info 2>/dev/null)" || miss+=("docker has no nvidia runtime")
+systemctl is-active amazon-cloudwatch-agent >/dev/null 2>&1 || miss+=("CloudWatch agent is not running: the idle-GPU alarm gets no data")
 mountpoint -q "$R"/scratch || miss+=("/scratch is not mounted")
 if [ "${#miss[@]}" -gt 0 ]; then
   old=$IFS; IFS=';'; msg="self-check: ${miss[*]}"; IFS=$old

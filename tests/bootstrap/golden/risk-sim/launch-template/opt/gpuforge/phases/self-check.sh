@@ -19,6 +19,7 @@ nefa=$(fi_info -p efa -t FI_EP_RDM 2>/dev/null | sed -n 's/^ *domain: *//p' | so
 [ -e "$R/opt/aws-ofi-nccl/lib/libnccl-net.so" ] || miss+=("aws-ofi-nccl plugin missing")
 observe efa_devices "$nefa"
 grep -q 'Runtimes:.*nvidia' <<<"$(docker info 2>/dev/null)" || miss+=("docker has no nvidia runtime")
+systemctl is-active amazon-cloudwatch-agent >/dev/null 2>&1 || miss+=("CloudWatch agent is not running: the idle-GPU alarm gets no data")
 mountpoint -q "$R"/scratch || miss+=("/scratch is not mounted")
 mountpoint -q "$R"/data || miss+=("/data is not mounted")
 if [ "${#miss[@]}" -gt 0 ]; then
