@@ -256,7 +256,7 @@ def test_cloudwatch_agent_signed_by_another_key_is_refused(stack_cfg: dict[str, 
     assert "CloudWatch agent key fingerprint is not" in sb2.status()["error"]["message"]
 
 
-def test_changed_agent_config_is_reloaded_and_a_stopped_agent_fails_self_check(
+def test_changed_agent_config_is_reloaded_and_a_stopped_agent_restarted(
     stack_cfg: dict[str, StackConfig], tmp_path: Path
 ) -> None:
     sb = _agent_sandbox(tmp_path, stack_cfg["nlp-inference"])
