@@ -60,6 +60,7 @@ class Testbed:
     hosts: list[Host] = field(default_factory=list)
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gf-testbed-")))
     stopped: set[int] = field(default_factory=set)
+    scenarios: dict[int, str] = field(default_factory=dict)  # host index -> replay scenario (sshd SetEnv)
     _created: list[tuple[str, ...]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -124,6 +125,9 @@ class Testbed:
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
             "UseDNS no\nMaxStartups 64:30:128\nMaxSessions 32\n"
         )
+        if i in self.scenarios:  # each session on this host replays its own scenario (_replay.py)
+            with cfg.open("a") as f:
+                f.write(f"SetEnv GPUFORGE_REPLAY_SCENARIO={self.scenarios[i]}\n")
         mounts = f"mount --bind {self.root}/home /root"
         if REPLAY_DIR.is_dir() and any(p.is_file() for p in REPLAY_DIR.iterdir()):
             mounts += f" && mount --bind {REPLAY_DIR} /usr/local/bin"

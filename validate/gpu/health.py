@@ -39,7 +39,9 @@ def _counts(block: SmiBlock, keys: tuple[str, ...]) -> list[int]:
 
 
 def _health(block: SmiBlock) -> GpuHealth:
-    sram_unc = _counts(block, ("SRAM Uncorrectable",))
+    # Hopper drivers (565, 590) split the SRAM uncorrectable count into Parity and SEC-DED
+    # (fixtures/smi_q_h100_590_exporter_capture.txt); either one over the limit fails.
+    sram_unc = _counts(block, ("SRAM Uncorrectable", "SRAM Uncorrectable Parity", "SRAM Uncorrectable SEC-DED"))
     sram_cor = _counts(block, ("SRAM Correctable",))
     dram = _counts(block, ("DRAM Correctable", "DRAM Uncorrectable"))
     dbe = [

@@ -14,7 +14,9 @@ import re
 from validate.checks import ParseError
 
 _UNAVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", ""}
-_HEADER_UNIT = re.compile(r"^(?P<name>[a-z0-9_.]+)(?: \[(?P<unit>[^\]]+)\])?$")
+# Field names are mostly lower case, but not all: pci.baseClass, fabric.cliqueId,
+# vgpu_driver_capability.heterogenous_multivGPU (driver 590, fixtures/smi_csv_h100_590_exporter_capture.txt).
+_HEADER_UNIT = re.compile(r"^(?P<name>[A-Za-z0-9_.]+)(?: \[(?P<unit>[^\]]+)\])?$")
 
 
 def parse_query_csv(stdout: str, required: tuple[str, ...] = ()) -> list[dict[str, str | None]]:

@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-# (scenario, invocation key) -> fixture file. All are real captures (fixtures/SOURCES.md).
+# (scenario, invocation key) -> fixture file. All are real captures (fixtures/SOURCES.md), except
+# files named derived_*, which SOURCES.md lists with how they were made.
 SCENARIOS = {
     "a100-nvswitch": {
         "nvidia-smi topo": "topo_f6a_a100_nvswitch.txt",
@@ -31,6 +32,21 @@ SCENARIOS = {
         "fi_info": "fi_info_f12_efa.txt",
         "all_reduce_perf": "nccl_f3_legacy_p3dn.txt",
         "mpirun": "nccl_f3_legacy_p3dn.txt",
+    },
+    # One H100 80GB HBM3 (driver 590.48.01, a pass-through VM): its --query-gpu CSV, -q dump, topo -m, nvlink -s,
+    # all from one capture file of utkuozdemir/nvidia_gpu_exporter (fixtures/SOURCES.md).
+    "h100-590": {
+        "nvidia-smi topo": "topo_h100_590_exporter_capture.txt",
+        "nvidia-smi nvlink": "nvlink_h100_590_exporter_capture.txt",
+        "nvidia-smi --query-gpu": "smi_csv_h100_590_exporter_capture.txt",
+        "nvidia-smi -q": "smi_q_h100_590_exporter_capture.txt",
+    },
+    # DERIVED, not captured: the h100-590 CSV with its one GPU row deleted (a node whose GPU is gone).
+    "h100-590-gpu-missing": {
+        "nvidia-smi topo": "topo_h100_590_exporter_capture.txt",
+        "nvidia-smi nvlink": "nvlink_h100_590_exporter_capture.txt",
+        "nvidia-smi --query-gpu": "derived_smi_csv_h100_590_gpu_row_deleted.txt",
+        "nvidia-smi -q": "smi_q_h100_590_exporter_capture.txt",
     },
     "nvlink-down": {
         "nvidia-smi topo": "topo_f6d_a100_pairs_excerpt.txt",
@@ -86,7 +102,8 @@ def main(argv):
     if fixture is None or directory is None:
         print(f"# gpuforge replay: no captured output for {key!r} in scenario {name!r}", file=sys.stderr)
         return 3
-    print(f"# gpuforge replay of {fixture} (captured output, not a live GPU)", file=sys.stderr)
+    kind = "derived from captured output" if fixture.startswith("derived_") else "captured output"
+    print(f"# gpuforge replay of {fixture} ({kind}, not a live GPU)", file=sys.stderr)
     sys.stdout.write((directory / fixture).read_text())
     return 0
 
