@@ -16,6 +16,7 @@ from components.network import GpuNetwork, NetworkArgs
 from components.operations import declare_operations
 from components.purchase import capacity_reservation, market_options
 from components.storage import ClusterStorage, StorageArgs
+from components.userdata import metric_namespace, stack_user_data
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,6 @@ class GpuCluster(pulumi.ComponentResource):
             ngc_arn = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id.apply(
                 lambda acct: f"arn:aws:ssm:{cfg.region}:{acct}:parameter/{param}"
             )
-
-        from components.userdata import metric_namespace, stack_user_data  # components -> bootstrap (DESIGN.md)
 
         dv = cfg.profile.storage.data_volume
         eks = cfg.kubernetes is not None and cfg.kubernetes.mode == "eks"
