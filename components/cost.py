@@ -1,5 +1,6 @@
-"""Cost of a stack from the catalog: compute (on-demand and spot) and storage, per hour and per
-30 days. Pure arithmetic over catalog data; no Pulumi."""
+"""The cost section of `gpuforge preview`: compute and storage, on-demand and spot, per hour and
+per 30 days. The arithmetic is `components.costplan.stack_cost` (the same figures as
+`gpuforge cost`); this module only lays them out as the preview's lines and notes."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 from components.catalog import Catalog, load_catalog
 from components.config import StackConfig
+from components.costplan import HOURS_30_DAYS, HOURS_PER_MONTH, stack_cost
 
-HOURS_PER_MONTH = 730  # AWS prices GB-month storage over 730 hours
-HOURS_30_DAYS = 720
+__all__ = ["HOURS_30_DAYS", "HOURS_PER_MONTH", "CostEstimate", "CostLine", "estimate"]
 
 
 @dataclass(frozen=True)
@@ -19,28 +20,18 @@ class CostLine:
     quantity: float
     unit: str
     on_demand_usd_per_hour: float | None
-    spot_usd_per_hour: float | None  # None: no spot price known (or not applicable: same as on-demand)
+    spot_usd_per_hour: float | None  # None for storage: it costs the same either way
 
 
 @dataclass(frozen=True)
 class CostEstimate:
     lines: tuple[CostLine, ...]
     notes: tuple[str, ...]
-
-    def total(self, spot: bool = False) -> float | None:
-        total = 0.0
-        for line in self.lines:
-            value = line.spot_usd_per_hour if spot else line.on_demand_usd_per_hour
-            if value is None:
-                if spot and line.on_demand_usd_per_hour is not None and line.item.startswith("storage"):
-                    value = line.on_demand_usd_per_hour  # storage costs the same either way
-                else:
-                    return None
-            total += value
-        return total
+    hourly_on_demand: float | None
+    hourly_spot: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        od, sp = self.total(), self.total(spot=True)
+        od, sp = self.hourly_on_demand, self.hourly_spot
         return {
             "currency": "USD",
             "lines": [asdict(line) for line in self.lines],
@@ -59,18 +50,10 @@ def _r(value: float | None) -> float | None:
 
 def estimate(cfg: StackConfig, catalog: Catalog | None = None) -> CostEstimate:
     catalog = catalog or load_catalog()
-    offering = cfg.instance.offering(cfg.region)
-    n = cfg.node_count
-    od = offering.on_demand_usd_per_hour if offering else None
-    spot = offering.spot_usd_per_hour if offering else None
-    notes = [
-        f"prices: {catalog.meta['snapshot']['taken']}; spot is the lowest regular-AZ price in {cfg.region}, "
-        "which moves hourly",
-        f"storage: {catalog.storage.source}",
-        "S3 buckets are billed by usage and are not estimated",
-    ]
-    if od is None:
-        notes.append(f"{cfg.instance.name} has no on-demand price in {cfg.region} (sold via capacity blocks?)")
+    sc = stack_cost(cfg)
+    n = sc.node_count
+    od, spot = sc.compute_per_node["on_demand"], sc.compute_per_node["spot"]
+    prices = catalog.storage.usd_per_gb_month
     lines = [
         CostLine(
             f"compute {cfg.instance.name}",
@@ -78,13 +61,25 @@ def estimate(cfg: StackConfig, catalog: Catalog | None = None) -> CostEstimate:
             "nodes",
             od * n if od is not None else None,
             spot * n if spot is not None else None,
-        )
+        ),
+        CostLine(
+            "storage root gp3", cfg.root_volume_gib * n, "GiB", cfg.root_volume_gib * n * prices["gp3"] / HOURS_PER_MONTH, None
+        ),
     ]
-    prices = catalog.storage.usd_per_gb_month
-    root_hourly = cfg.root_volume_gib * n * prices["gp3"] / HOURS_PER_MONTH
-    lines.append(CostLine("storage root gp3", cfg.root_volume_gib * n, "GiB", root_hourly, None))
     dv = cfg.profile.storage.data_volume
     if dv is not None:
-        hourly = dv.size_gib * n * prices[dv.type] / HOURS_PER_MONTH
-        lines.append(CostLine(f"storage data {dv.type}", dv.size_gib * n, "GiB", hourly, None))
-    return CostEstimate(tuple(lines), tuple(notes))
+        lines.append(
+            CostLine(f"storage data {dv.type}", dv.size_gib * n, "GiB", dv.size_gib * n * prices[dv.type] / HOURS_PER_MONTH, None)
+        )
+    notes = [
+        f"prices: {catalog.meta['snapshot']['taken']}; spot is the lowest regular-AZ price in {cfg.region}, "
+        "which moves hourly",
+        f"storage: {catalog.storage.source}",
+        "S3 buckets are billed by usage and are not estimated",
+        "commitments and the hybrid scenario: `gpuforge cost --stack " + cfg.stack + "`",
+    ]
+    if sc.max_nodes:
+        notes.append(f"autoscaled: costed at the group minimum ({n} nodes); up to {sc.max_nodes} nodes under load")
+    if od is None:
+        notes.append(f"{cfg.instance.name} has no on-demand price in {cfg.region} (sold via capacity blocks?)")
+    return CostEstimate(tuple(lines), tuple(notes), sc.hourly("on_demand"), sc.hourly("spot"))

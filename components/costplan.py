@@ -17,7 +17,9 @@ import yaml
 
 from components.catalog import CATALOG_DIR
 from components.config import StackConfig
-from components.cost import HOURS_30_DAYS, HOURS_PER_MONTH
+
+HOURS_PER_MONTH = 730  # AWS prices GB-month storage over 730 hours
+HOURS_30_DAYS = 720
 
 OPTIONS = ("on_demand", "spot", "1y", "3y")
 OPTION_LABELS = {"on_demand": "on-demand", "spot": "spot", "1y": "1y commit", "3y": "3y commit"}

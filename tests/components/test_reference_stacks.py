@@ -262,3 +262,16 @@ def test_runs_in_one_process_do_not_leak_into_each_other(preview_of):
         assert [s.name for s in stacks] == [f"gpuforge-{stack}"]
         assert all(f"urn:pulumi:{stack}::gpuforge::" in r.urn for r in run.resources)
         assert sum(r.custom for r in run.resources) == len({r.urn for r in run.resources if r.custom})
+
+
+def test_preview_cost_is_the_cost_commands_arithmetic(result):
+    """One arithmetic: the preview's lines add up to what `gpuforge cost` reports."""
+    from components.costplan import stack_cost
+
+    cost = result.to_dict()["cost"]
+    sc = stack_cost(result.config)
+    assert cost["hourly"]["on_demand"] == pytest.approx(sc.hourly("on_demand"), abs=1e-4)
+    assert cost["hourly"]["spot"] == pytest.approx(sc.hourly("spot"), abs=1e-4)
+    lines_od = sum(line["on_demand_usd_per_hour"] for line in cost["lines"])
+    assert lines_od == pytest.approx(cost["hourly"]["on_demand"], abs=1e-3)
+    assert cost["thirty_days"]["on_demand"] == pytest.approx(cost["hourly"]["on_demand"] * 720, rel=1e-6)
