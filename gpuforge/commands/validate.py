@@ -254,8 +254,18 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write JUnit XML here.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Evidence directory (default: ./gpuforge-evidence/<UTC time>).")  # fmt: skip
-@click.option("--save-baseline", type=click.Path(dir_okay=False, path_type=Path), default=None)
-@click.option("--baseline", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--save-baseline",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="After a clean run, save its measured figures here as the cluster's baseline.",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Judge against a saved baseline instead of the profile/catalog thresholds.",
+)
 @click.option("--accept-new-host-keys", is_flag=True, help="Trust unknown host keys, add them to known_hosts.")
 @click.option("--transport", "transport_kind", type=click.Choice(["ssh", "local"]), default="ssh", show_default=True)
 @click.option("--schedule", type=click.Choice(["ring", "full"]), default="ring", show_default=True,
@@ -291,7 +301,24 @@ def command(
     workers: int,
     kubeconfig: Path | None = None,
 ) -> None:
-    """Prove a running cluster: tier-0 gates, GPU checks, iperf3/ping pairs, localisation."""
+    """Prove a running cluster before anyone trains on it, and name the bad node.
+
+    Tier 0 gates every node first (reachable, GPUs present and identical, bootstrap done, EFA
+    provider); nodes that fail them take no part in pair tests. Then GPU health, topology and
+    compute checks per node, iperf3/ping and NCCL between node pairs on a schedule of disjoint
+    pairs, and localisation: a slow node (all its pairs low), a slow link (one pair low) or a
+    slow fabric. Thresholds come from the inventory's profile and the catalog, each with its
+    source; missing or unparsable evidence is `unknown`, never `pass`.
+
+    \b
+    Exit: 0 all passed, 1 a check failed or was unknown, 2 bad input.
+    \b
+    Examples:
+      pulumi stack output --json inventory | gpuforge validate --inventory - --ssh-key ~/.ssh/id_ed25519
+      gpuforge validate --discover risk-sim --region us-east-1 --junit validate.xml
+      gpuforge validate --inventory onprem.yaml --checks network --schedule full
+      gpuforge validate --inventory inv.yaml --save-baseline baseline.json   # on a healthy cluster
+    """
     inv = _load(inventory_path, discover_stack, region, {"user": ssh_user, "key_file": ssh_key, "known_hosts": known_hosts})
     tokens = [t.strip() for t in checks.split(",") if t.strip()] if checks else None
     selected, network = _select(tokens, system_checks(network=True) + _registry_checks())
