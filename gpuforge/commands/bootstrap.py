@@ -33,7 +33,8 @@ def render(stack: str, node: str | None, out: Path, project_dir: Path) -> None:
 
     \b
     Example:
-      gpuforge bootstrap render --stack risk-sim --node risk-sim-0 --out out/risk-sim
+      gpuforge bootstrap render --stack risk-sim --out out/risk-sim
+      gpuforge bootstrap render --stack risk-sim --node risk-sim-node01 --out out/risk-sim-node01
     """
     raw, _secrets = load_stack_config(project_dir.resolve(), stack)
     cfg = parse_stack_config(raw, stack)
