@@ -1,5 +1,5 @@
 # The two commands a newcomer needs (README): `make preview` and `make test`.
-.PHONY: setup preview test lint bench
+.PHONY: setup preview test lint bench bench-validate
 STACK ?= cv-training
 
 setup:
@@ -19,3 +19,8 @@ lint: setup
 
 bench: setup
 	@.venv/bin/python bench/preview_scale.py
+
+# Needs root: builds network-namespace test hosts with their own sshd and iperf3.
+bench-validate:
+	@scripts/setup.sh --with-test-hosts
+	@.venv/bin/python -m bench.validate_scale
