@@ -37,6 +37,7 @@ if config.kubernetes is not None:  # only stacks that ask for Kubernetes pay for
             subnet_id=cluster.network.subnet_id,
             security_group_id=cluster.network.security_group_id,
             placement_group=cluster.placement_group_name,
+            alert_topic_arn=cluster.alert_topic_arn,
         ),
         opts=pulumi.ResourceOptions(parent=cluster),
     )

@@ -10,10 +10,10 @@ import pulumi
 import pulumi_aws as aws
 
 from components.ami import lookup_ami
-from components.compute import DataVolumeSpec, GpuNodes, NodesArgs
+from components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
 from components.config import StackConfig
 from components.network import GpuNetwork, NetworkArgs
-from components.operations import declare_operations
+from components.operations import declare_operations, on_eks
 from components.purchase import capacity_reservation, market_options
 from components.storage import ClusterStorage, StorageArgs
 from components.userdata import metric_namespace, stack_user_data
@@ -35,6 +35,7 @@ class GpuCluster(pulumi.ComponentResource):
     placement_group_name: pulumi.Output[str]
     directory_bucket: pulumi.Output[str]
     checkpoint_bucket: pulumi.Output[str]
+    alert_topic_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpuforge:aws:GpuCluster", name, None, opts)
@@ -67,55 +68,25 @@ class GpuCluster(pulumi.ComponentResource):
             name, StorageArgs(bucket_base=cfg.bucket_base, region=cfg.region, az_id=cfg.az_id, tags=tags), opts=child
         )
 
-        ami_id = pulumi.Output.from_input(cfg.ami_id) if cfg.ami_id else lookup_ami(
-            cfg.os, cfg.driver_preinstalled, opts=pulumi.InvokeOptions(parent=self)
+        # On EKS the managed node group runs the GPU nodes (components/kubernetes/eks.py) on the EKS
+        # AMI, with its own launch template and node role: GpuNodes' template, role and instance
+        # profile would boot nothing, so they are declared only where something launches from them
+        # (the stack's own instances, or its Auto Scaling group when autoscaling is on).
+        boots_gpuforge_nodes = not on_eks(cfg) or cfg.fleet.autoscaling is not None
+        nodes = _gpu_nodes(name, cfg, network, pg, storage, self) if boots_gpuforge_nodes else None
+        ops = declare_operations(
+            name, cfg, nodes.launch_template_id if nodes else None, network.subnet_id, pg.name, parent=self
         )
-        ngc_arn = None
-        if cfg.ngc_api_key_parameter:
-            param = cfg.ngc_api_key_parameter.lstrip("/")
-            ngc_arn = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id.apply(
-                lambda acct: f"arn:aws:ssm:{cfg.region}:{acct}:parameter/{param}"
-            )
-
-        dv = cfg.profile.storage.data_volume
-        eks = cfg.kubernetes is not None and cfg.kubernetes.mode == "eks"
-        nodes = GpuNodes(
-            name,
-            NodesArgs(
-                instance=cfg.instance,
-                # On EKS the managed node group runs the GPU nodes (components/kubernetes/eks.py).
-                node_names=() if eks or cfg.fleet.autoscaling else node_names(cfg.stack, cfg.node_count),
-                ami_id=ami_id,
-                subnet_id=network.subnet_id,
-                availability_zone=network.availability_zone,
-                security_group_id=network.security_group_id,
-                placement_group=pg.name,
-                bucket_arns=[storage.checkpoint_bucket_arn],
-                directory_bucket_arn=storage.directory_bucket_arn,
-                root_volume_gib=cfg.root_volume_gib,
-                # One rendering per stack: every node boots the launch template's user data and
-                # takes its name from its Name tag (IMDS instance tags), so a 256-node stack does
-                # not render (and store) 256 near-identical 9 KB documents.
-                user_data_b64=stack_user_data(cfg).user_data_base64,
-                metric_namespace=metric_namespace(cfg),
-                public_ip=cfg.public_ips and cfg.vpc_id is None,
-                key_name=cfg.key_name,
-                data_volume=DataVolumeSpec(dv.type, dv.size_gib) if dv else None,
-                ngc_parameter_arn=ngc_arn,
-                tags=tags,
-                market_options=market_options(cfg.fleet),
-                capacity_reservation=capacity_reservation(cfg.fleet),
-            ),
-            opts=child,
-        )
-        declare_operations(name, cfg, nodes.launch_template_id, network.subnet_id, pg.name, parent=self)
 
         self.placement_group_name = pg.name
         self.directory_bucket = storage.directory_bucket_name
         self.checkpoint_bucket = storage.checkpoint_bucket_name
         self.availability_zone = network.availability_zone
         self.network = network  # the Kubernetes layer puts its EKS node group in this subnet
-        self.inventory = _inventory(cfg, nodes, network.availability_zone)
+        self.alert_topic_arn = ops.alert_topic_arn  # EKS stacks' idle alarm (GpuKubernetes) alerts here
+        # EKS node-group instances are not known at deploy time: their inventory lists no nodes,
+        # and `gpuforge validate --discover STACK` finds them by their tags.
+        self.inventory = _inventory(cfg, nodes.nodes if nodes else [], network.availability_zone)
         self.register_outputs(
             {
                 "inventory": self.inventory,
@@ -126,7 +97,54 @@ class GpuCluster(pulumi.ComponentResource):
         )
 
 
-def _inventory(cfg: StackConfig, nodes: GpuNodes, az: pulumi.Output[str]) -> pulumi.Output[dict[str, Any]]:
+def _gpu_nodes(
+    name: str, cfg: StackConfig, network: GpuNetwork, pg: aws.ec2.PlacementGroup, storage: ClusterStorage,
+    parent: pulumi.Resource,
+) -> GpuNodes:
+    """The nodes that boot gpuforge's bootstrap: IAM role and profile, launch template, instances."""
+    ami_id = pulumi.Output.from_input(cfg.ami_id) if cfg.ami_id else lookup_ami(
+        cfg.os, cfg.driver_preinstalled, opts=pulumi.InvokeOptions(parent=parent)
+    )
+    ngc_arn = None
+    if cfg.ngc_api_key_parameter:
+        param = cfg.ngc_api_key_parameter.lstrip("/")
+        ngc_arn = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=parent)).account_id.apply(
+            lambda acct: f"arn:aws:ssm:{cfg.region}:{acct}:parameter/{param}"
+        )
+
+    dv = cfg.profile.storage.data_volume
+    return GpuNodes(
+        name,
+        NodesArgs(
+            instance=cfg.instance,
+            # An autoscaled stack's Auto Scaling group launches its nodes from the template.
+            node_names=() if on_eks(cfg) or cfg.fleet.autoscaling is not None else node_names(cfg.stack, cfg.node_count),
+            ami_id=ami_id,
+            subnet_id=network.subnet_id,
+            availability_zone=network.availability_zone,
+            security_group_id=network.security_group_id,
+            placement_group=pg.name,
+            bucket_arns=[storage.checkpoint_bucket_arn],
+            directory_bucket_arn=storage.directory_bucket_arn,
+            root_volume_gib=cfg.root_volume_gib,
+            # One rendering per stack: every node boots the launch template's user data and
+            # takes its name from its Name tag (IMDS instance tags), so a 256-node stack does
+            # not render (and store) 256 near-identical 9 KB documents.
+            user_data_b64=stack_user_data(cfg).user_data_base64,
+            metric_namespace=metric_namespace(cfg),
+            public_ip=cfg.public_ips and cfg.vpc_id is None,
+            key_name=cfg.key_name,
+            data_volume=DataVolumeSpec(dv.type, dv.size_gib) if dv else None,
+            ngc_parameter_arn=ngc_arn,
+            tags=cfg.tags,
+            market_options=market_options(cfg.fleet),
+            capacity_reservation=capacity_reservation(cfg.fleet),
+        ),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def _inventory(cfg: StackConfig, nodes: list[Node], az: pulumi.Output[str]) -> pulumi.Output[dict[str, Any]]:
     """The inventory `gpuforge validate` reads (DESIGN.md): one entry per node."""
     entries = [
         pulumi.Output.all(
@@ -143,7 +161,7 @@ def _inventory(cfg: StackConfig, nodes: GpuNodes, az: pulumi.Output[str]) -> pul
                 "instance_type": cfg.instance.name,
             }
         )
-        for n in nodes.nodes
+        for n in nodes
     ]
     return pulumi.Output.all(*entries).apply(
         lambda items: {

@@ -6,10 +6,15 @@ is the agent configuration that produces it with the `gpuforge-stack` dimension 
 reads; the node bootstrap installs the agent with it (bootstrap phase cloudwatch-agent) and the
 node role may publish into that namespace only (components/compute.py). Alarm and agent both
 read the namespace and metric from components/guardrails.yaml, so they cannot drift apart.
+
+EKS stacks' nodes boot the EKS AMI instead, so that agent never runs there: their alarm reads the
+Container Insights GPU metric that the Amazon CloudWatch Observability add-on publishes per
+cluster (`container_insights_metric`; the add-on is declared in components/kubernetes/eks.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +45,34 @@ def _idle_metric() -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class IdleMetric:
+    """The one CloudWatch series the idle alarm reads."""
+
+    namespace: str
+    metric_name: str
+    dimensions: Mapping[str, pulumi.Input[str]]
+
+
+def agent_metric(stack: str) -> IdleMetric:
+    """What the CloudWatch agent of gpuforge's bootstrap publishes (`agent_config`)."""
+    namespace, metric = _idle_metric()
+    return IdleMetric(namespace, metric, alarm_dimensions(stack))
+
+
+def container_insights_metric(cluster_name: pulumi.Input[str]) -> IdleMetric:
+    """What the CloudWatch Observability add-on publishes on an EKS cluster: the GPU utilisation
+    of every node of the cluster, rolled up on the cluster-name dimension alone."""
+    eks = guardrails()["idle"]["eks"]
+    return IdleMetric(eks["metric_namespace"], eks["metric_name"], {eks["cluster_dimension"]: cluster_name})
+
+
+@dataclass(frozen=True)
 class IdleAlarmArgs:
     stack: str
     util_percent: int
     minutes: int
     tags: dict[str, str] = field(default_factory=dict)
+    metric: IdleMetric | None = None  # None: the bootstrap agent's per-stack series (agent_metric)
 
 
 class IdleAlarm(pulumi.ComponentResource):
@@ -52,16 +80,16 @@ class IdleAlarm(pulumi.ComponentResource):
         self, name: str, args: IdleAlarmArgs, topic_arn: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("gpuforge:aws:IdleAlarm", name, None, opts)
-        namespace, metric = _idle_metric()
+        metric = args.metric or agent_metric(args.stack)
         alarm = aws.cloudwatch.MetricAlarm(
             f"{name}-gpu-idle",
             alarm_description=(
                 f"average GPU utilisation of stack {args.stack} under {args.util_percent}% for "
                 f"{args.minutes} min: scale down or stop it"
             ),
-            namespace=namespace,
-            metric_name=metric,
-            dimensions=alarm_dimensions(args.stack),
+            namespace=metric.namespace,
+            metric_name=metric.metric_name,
+            dimensions=dict(metric.dimensions),
             statistic="Average",
             period=PERIOD_S,
             evaluation_periods=max(1, args.minutes * 60 // PERIOD_S),

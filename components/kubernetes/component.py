@@ -22,6 +22,8 @@ from components.kubernetes import manifests as m
 from components.kubernetes.quotas import team_quota
 from components.kubernetes.settings import KubernetesSettings
 from components.kubernetes.sharing import plan_sharing
+from components.monitoring import IdleAlarm
+from components.operations import idle_alarm_args
 from gpuforge.errors import ConfigError
 
 # kind -> the typed pulumi-kubernetes class, so the preview shows real Kubernetes types.
@@ -46,6 +48,7 @@ class KubernetesArgs:
     subnet_id: pulumi.Input[str] | None = None
     security_group_id: pulumi.Input[str] | None = None
     placement_group: pulumi.Input[str] | None = None
+    alert_topic_arn: pulumi.Input[str] | None = None  # where the EKS stack's idle-GPU alarm alerts
 
 
 def manifests_for(cfg: StackConfig) -> list[m.Manifest]:
@@ -108,9 +111,18 @@ class GpuKubernetes(pulumi.ComponentResource):
                     public_access_cidrs=settings.public_access_cidrs,
                     labels={"gpuforge.io/profile": cfg.profile.name},
                     tags=cfg.tags,
+                    container_insights=idle_alarm_args(cfg) is not None,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
+            # The nodes boot the EKS AMI, not gpuforge's bootstrap and its CloudWatch agent: the
+            # idle alarm reads the GPU metric the add-on publishes for this cluster instead.
+            if (idle := idle_alarm_args(cfg, eks_cluster_name=eks.name)) is not None:
+                # Declared under GpuCluster before the add-on existed: the alias updates that alarm
+                # in place rather than replacing it.
+                moved = [pulumi.Alias(parent=opts.parent)] if opts is not None and opts.parent is not None else None
+                IdleAlarm(name, idle, _need(args.alert_topic_arn, "alert_topic_arn"),
+                          opts=pulumi.ResourceOptions(parent=self, aliases=moved))
             kubeconfig: pulumi.Output[str] = eks.kubeconfig
             self.kubeconfig = eks.kubeconfig
         else:

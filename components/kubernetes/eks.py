@@ -5,6 +5,10 @@ Why a launch template of its own rather than GpuNodes': EKS managed node groups 
 templates that set an IAM instance profile or subnet-bound network interfaces (EKS user guide,
 "Customize managed nodes with launch templates"), and the EKS-optimised NVIDIA AMI brings its own
 driver and bootstrap, so the Ubuntu user data does not apply.
+
+Nor does its CloudWatch agent: with `container_insights` the cluster gets the Amazon CloudWatch
+Observability add-on, whose agent and DCGM exporter publish the GPU metrics the stack's idle alarm
+reads (components/monitoring.py), and the node role the policy AWS documents for it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.kubernetes.manifests import GPU_NODE_LABEL, GPU_TAINT
+from components.kubernetes.settings import defaults
 
 CLUSTER_POLICIES = ("arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",)
 # The minimum AWS documents for managed-node-group nodes; nothing else (no S3, no SSM): pods
@@ -45,6 +50,8 @@ class EksArgs:
     public_access_cidrs: tuple[str, ...]
     labels: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    # The CloudWatch Observability add-on and its node permission (the idle alarm's GPU metric).
+    container_insights: bool = False
 
 
 def _role(name: str, service: str, policies: tuple[str, ...], tags: dict[str, str], opts: pulumi.ResourceOptions
@@ -101,7 +108,9 @@ class EksCluster(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        node_role = _role(f"{name}-eks-node", "ec2.amazonaws.com", NODE_POLICIES, tags, child)
+        observability = defaults()["cloudwatch_observability"]
+        node_policies = NODE_POLICIES + ((observability["node_policy"],) if args.container_insights else ())
+        node_role = _role(f"{name}-eks-node", "ec2.amazonaws.com", node_policies, tags, child)
         lt = aws.ec2.LaunchTemplate(
             f"{name}-eks-lt",
             # The cluster security group lets nodes and control plane talk; the stack's group
@@ -127,7 +136,7 @@ class EksCluster(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        aws.eks.NodeGroup(
+        node_group = aws.eks.NodeGroup(
             f"{name}-gpu",
             cluster_name=cluster.name,
             node_role_arn=node_role.arn,
@@ -144,6 +153,18 @@ class EksCluster(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
         )
+        if args.container_insights:
+            aws.eks.Addon(
+                f"{name}-cloudwatch-observability",
+                cluster_name=cluster.name,
+                addon_name=observability["addon_name"],
+                addon_version=observability["addon_version"],  # None: EKS's default for the version
+                tags=tags,
+                # It turns ACTIVE once its pods run on nodes: the agent and DCGM exporter DaemonSets
+                # tolerate every taint (aws-observability/helm-charts, the add-on's chart), and
+                # the agent publishes with the node role's permission.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]),
+            )
 
         self.name = cluster.name
         self.kubeconfig = pulumi.Output.secret(

@@ -114,7 +114,9 @@ def test_eks_is_private_and_least_privilege(nlp):
     attached = sorted(a.inputs["policyArn"].rsplit("/", 1)[1]
                       for a in nlp.run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
                       if "eks-node" in a.name)
-    assert attached == ["AmazonEC2ContainerRegistryReadOnly", "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy"]
+    # The EKS minimum, plus what AWS documents for the CloudWatch Observability add-on's agent.
+    assert attached == ["AmazonEC2ContainerRegistryReadOnly", "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
+                        "CloudWatchAgentServerPolicy"]
     ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup").inputs
     assert ng["instanceTypes"] == ["g4dn.8xlarge"] and ng["scalingConfig"]["desiredSize"] == 2
     lt = one(nlp.run, "aws:ec2/launchTemplate:LaunchTemplate", "eks-lt").inputs
@@ -192,3 +194,51 @@ def test_bad_kubernetes_config_exits_2(tmp_path, capsys, extra, key, hint):
     code, err = cli(["preview", "--stack", "t", "--project-dir", str(proj)], capsys)
     assert code == 2, err
     assert err.startswith("error: ") and key in err and hint in err and "Traceback" not in err
+
+
+def test_idle_alarm_reads_the_gpu_metric_the_addon_publishes_for_this_cluster(nlp):
+    """EKS nodes boot the EKS AMI, not gpuforge's bootstrap and its agent: the CloudWatch
+    Observability add-on publishes Container Insights' node_gpu_utilization, rolled up on
+    ClusterName, and the alarm reads exactly that series of the node group's cluster."""
+    from components.fleet import guardrails
+    from components.kubernetes.settings import defaults
+
+    eks_data, addon_data = guardrails()["idle"]["eks"], defaults()["cloudwatch_observability"]
+    cluster = one(nlp.run, "aws:eks/cluster:Cluster")
+    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup").inputs
+    assert ng["clusterName"] == cluster.name  # the mock engine names the cluster after its resource
+    addon = one(nlp.run, "aws:eks/addon:Addon").inputs
+    assert addon["addonName"] == addon_data["addon_name"] == "amazon-cloudwatch-observability"
+    assert addon["clusterName"] == ng["clusterName"]
+    assert "addonVersion" not in addon  # not pinned: EKS's default build (components/kubernetes/defaults.yaml)
+    # The node role the node group's nodes run with may publish what the add-on's agent sends.
+    role = one(nlp.run, "aws:iam/role:Role", "eks-node")
+    assert ng["nodeRoleArn"].endswith(f"role/{role.name}")
+    assert [a.inputs["policyArn"] for a in nlp.run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+            if a.inputs["role"] == role.name and "CloudWatch" in a.inputs["policyArn"]] == [addon_data["node_policy"]]
+    # The add-on's GPU metrics need the NVIDIA device plugin in the cluster (CloudWatch user guide).
+    assert one(nlp.run, "kubernetes:apps/v1:DaemonSet").inputs["metadata"]["name"] == "nvidia-device-plugin"
+
+    (alarm,) = [a for a in nlp.run.of_type("aws:cloudwatch/metricAlarm:MetricAlarm") if a.name.endswith("-gpu-idle")]
+    a = alarm.inputs
+    assert (a["namespace"], a["metricName"]) == (eks_data["metric_namespace"], eks_data["metric_name"])
+    assert (a["namespace"], a["metricName"]) == ("ContainerInsights", "node_gpu_utilization")
+    assert a["dimensions"] == {"ClusterName": ng["clusterName"]}
+    assert a["comparisonOperator"] == "LessThanThreshold" and a["threshold"] == nlp.config.fleet.idle_util_percent
+    (topic,) = nlp.run.of_type("aws:sns/topic:Topic")
+    assert a["alarmActions"] == [f"arn:aws:sns:us-east-1:000000000000:{topic.name}"]
+    # No bootstrap agent series is watched, and none of GpuNodes' unused template, role or profile exists.
+    assert not [r for r in nlp.run.of_type("aws:cloudwatch/metricAlarm:MetricAlarm") if r.inputs.get("namespace") == "CWAgent"]
+    assert not nlp.run.of_type("gpuforge:aws:Nodes")
+
+
+def test_addon_and_alarm_follow_the_idle_alarm(tmp_path, monkeypatch):
+    """No idle alarm, no add-on and no extra node permission (as no alarm means no bootstrap agent)."""
+    from components.kubernetes import component
+
+    monkeypatch.setattr(component, "idle_alarm_args", lambda _cfg, eks_cluster_name=None: None)
+    res = run_preview(project(tmp_path, NLP), "t")
+    assert not res.run.of_type("aws:eks/addon:Addon")
+    assert not [a for a in res.run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+                if "CloudWatch" in a.inputs["policyArn"]]
+    assert not [a for a in res.run.of_type("aws:cloudwatch/metricAlarm:MetricAlarm") if a.name.endswith("-gpu-idle")]
