@@ -178,9 +178,19 @@ class GpuNodes(pulumi.ComponentResource):
 
 
 def network_interfaces(
-    instance: InstanceType, subnet_id: pulumi.Input[str], security_group_id: pulumi.Input[str], public_ip: bool
+    instance: InstanceType,
+    subnet_id: pulumi.Input[str] | None,
+    security_group_id: pulumi.Input[str],
+    public_ip: bool | None,
+    *,
+    extra_security_groups: Sequence[pulumi.Input[str]] = (),
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """One EFA per network card on EFA types; a single ENA interface otherwise."""
+    """One EFA per network card on EFA types; a single ENA interface otherwise.
+
+    `subnet_id` None: whoever launches from the template names the subnet (an EKS managed node
+    group does, and rejects a template whose interfaces name one). `public_ip` None: the subnet's
+    own setting applies. A template with interfaces takes its security groups on each interface,
+    never as vpc_security_group_ids, so `extra_security_groups` go there too."""
     cards = instance.efa_interfaces if instance.efa else 1
     single = cards == 1
     return [
@@ -189,9 +199,9 @@ def network_interfaces(
             device_index=0 if card == 0 else 1,
             interface_type="efa" if instance.efa else None,
             subnet_id=subnet_id,
-            security_groups=[security_group_id],
+            security_groups=[*extra_security_groups, security_group_id],
             delete_on_termination="true",
-            associate_public_ip_address=("true" if public_ip else "false") if single else None,
+            associate_public_ip_address=("true" if public_ip else "false") if single and public_ip is not None else None,
         )
         for card in range(cards)
     ]

@@ -1,6 +1,7 @@
 """The cost section of `gpuforge preview`: compute and storage, on-demand and spot, per hour and
-per 30 days. The arithmetic is `components.costplan.stack_cost` (the same figures as
-`gpuforge cost`); this module only lays them out as the preview's lines and notes."""
+per 30 days; on EKS stacks also the control plane and the system nodes (fixed items). The
+arithmetic is `components.costplan.stack_cost` (the same figures as `gpuforge cost`); this module
+only lays them out as the preview's lines and notes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from components.catalog import Catalog, load_catalog
 from components.config import StackConfig
-from components.costplan import HOURS_30_DAYS, HOURS_PER_MONTH, stack_cost
+from components.costplan import HOURS_30_DAYS, HOURS_PER_MONTH, load_platform_prices, stack_cost
 
 __all__ = ["HOURS_30_DAYS", "HOURS_PER_MONTH", "CostEstimate", "CostLine", "estimate"]
 
@@ -20,7 +21,9 @@ class CostLine:
     quantity: float
     unit: str
     on_demand_usd_per_hour: float | None
-    spot_usd_per_hour: float | None  # None for storage: it costs the same either way
+    # None where the item costs the same either way: storage, and the fixed EKS items (control
+    # plane, on-demand system nodes) whatever the GPU nodes are bought as
+    spot_usd_per_hour: float | None
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ def estimate(cfg: StackConfig, catalog: Catalog | None = None) -> CostEstimate:
         lines.append(
             CostLine(f"storage data {dv.type}", dv.size_gib * n, "GiB", dv.size_gib * n * prices[dv.type] / HOURS_PER_MONTH, None)
         )
+    lines += [CostLine(f.item, f.quantity, f.unit, f.usd_per_hour, None) for f in sc.fixed]
     notes = [
         f"prices: {catalog.meta['snapshot']['taken']}; spot is the lowest regular-AZ price in {cfg.region}, "
         "which moves hourly",
@@ -78,6 +82,14 @@ def estimate(cfg: StackConfig, catalog: Catalog | None = None) -> CostEstimate:
         "S3 buckets are billed by usage and are not estimated",
         "commitments and the hybrid scenario: `gpuforge cost --stack " + cfg.stack + "`",
     ]
+    if sc.fixed:
+        platform = load_platform_prices()
+        notes += [
+            f"EKS control plane: {platform.eks_source}; {platform.eks_extended_usd_per_cluster_hour:.2f} $/h "
+            "once the cluster's Kubernetes version is in extended support",
+            f"system nodes: {platform.instance_source}; always on-demand, so the same under spot",
+        ]
+        notes += [f"no price for {f.item} in {cfg.region}: the total is unknown" for f in sc.fixed if f.usd_per_hour is None]
     if sc.max_nodes:
         notes.append(f"autoscaled: costed at the group minimum ({n} nodes); up to {sc.max_nodes} nodes under load")
     if od is None:

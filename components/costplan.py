@@ -2,7 +2,9 @@
 
 Pure arithmetic over catalog data (prices in offerings.csv, storage prices, commitment factors
 in catalog/commitments.yaml); no Pulumi. Compute is priced per option; storage (EBS) costs the
-same under every option because EBS is neither sold as spot nor reservable.
+same under every option because EBS is neither sold as spot nor reservable. EKS stacks add fixed
+hourly items (catalog/platform_prices.yaml): the control plane and the on-demand system node
+group, which cost the same whichever option the GPU nodes are bought under.
 """
 
 from __future__ import annotations
@@ -61,6 +63,65 @@ def load_purchase_data(path: Path | None = None) -> PurchaseData:
 
 
 @dataclass(frozen=True)
+class PlatformPrices:
+    """Per-region hourly prices of what an EKS stack runs besides its GPU nodes."""
+
+    eks_usd_per_cluster_hour: dict[str, float]
+    eks_extended_usd_per_cluster_hour: float
+    eks_source: str
+    instance_usd_per_hour: dict[str, dict[str, float]]  # type -> region -> USD per hour
+    instance_source: str
+
+    def eks(self, region: str | None) -> float | None:
+        return self.eks_usd_per_cluster_hour.get(region) if region else None
+
+    def instance(self, type_name: str, region: str | None) -> float | None:
+        return self.instance_usd_per_hour.get(type_name, {}).get(region) if region else None
+
+
+@cache
+def load_platform_prices(path: Path | None = None) -> PlatformPrices:
+    doc = yaml.safe_load((path or CATALOG_DIR / "platform_prices.yaml").read_text())
+    eks, inst = doc["eks_control_plane"], doc["instances"]
+    return PlatformPrices(
+        eks_usd_per_cluster_hour={r: float(v) for r, v in eks["usd_per_cluster_hour"].items()},
+        eks_extended_usd_per_cluster_hour=float(eks["extended_support_usd_per_cluster_hour"]),
+        eks_source=str(eks["source"]),
+        instance_usd_per_hour={t: {r: float(v) for r, v in by.items()} for t, by in inst["usd_per_hour"].items()},
+        instance_source=str(inst["source"]),
+    )
+
+
+@dataclass(frozen=True)
+class FixedItem:
+    """A cost that does not scale with the GPU node count nor change with the purchase option."""
+
+    item: str
+    quantity: float
+    unit: str
+    usd_per_hour: float | None  # the item's total; None: no price known
+
+
+def platform_items(cfg: StackConfig, prices: PlatformPrices | None = None) -> tuple[FixedItem, ...]:
+    """The EKS control plane, the system nodes and their root volumes; nothing off EKS."""
+    if cfg.kubernetes is None or cfg.kubernetes.mode != "eks":
+        return ()
+    from components.catalog import load_catalog
+    from components.kubernetes.settings import defaults  # data only, no Pulumi
+
+    prices = prices or load_platform_prices()
+    system = defaults()["system_nodes"]
+    count, type_name, root_gib = int(system["count"]), str(system["instance_type"]), int(system["root_volume_gib"])
+    node = prices.instance(type_name, cfg.region)
+    gp3 = load_catalog().storage.usd_per_gb_month["gp3"]
+    return (
+        FixedItem("EKS control plane", 1, "cluster", prices.eks(cfg.region)),
+        FixedItem(f"system nodes {type_name}", count, "nodes", None if node is None else node * count),
+        FixedItem("storage system root gp3", root_gib * count, "GiB", root_gib * count * gp3 / HOURS_PER_MONTH),
+    )
+
+
+@dataclass(frozen=True)
 class StackCost:
     """One stack's cost: per node and in total, per hour, for each purchase option."""
 
@@ -74,20 +135,29 @@ class StackCost:
     compute_per_node: dict[str, float | None]  # option -> USD per node-hour; None: no price known
     storage_per_node: float  # USD per node-hour, the same for every option
     max_nodes: int | None = None  # autoscaling ceiling; node_count is then the group's minimum
+    fixed: tuple[FixedItem, ...] = ()  # EKS control plane, system nodes: the same under every option
+
+    @property
+    def fixed_hourly(self) -> float | None:
+        return sum_or_none(f.usd_per_hour for f in self.fixed)
 
     def per_node_hourly(self, option: str) -> float | None:
         compute = self.compute_per_node[option]
         return None if compute is None else compute + self.storage_per_node
 
-    def hourly(self, option: str) -> float | None:
-        per_node = self.per_node_hourly(option)
-        return None if per_node is None else per_node * self.node_count
+    def hourly(self, option: str, nodes: int | None = None) -> float | None:
+        """The stack's total per hour: its GPU nodes (at `nodes`, default node_count) plus the fixed items."""
+        per_node, fixed = self.per_node_hourly(option), self.fixed_hourly
+        if per_node is None or fixed is None:
+            return None
+        return per_node * (self.node_count if nodes is None else nodes) + fixed
 
     def thirty_days(self, option: str) -> float | None:
         hourly = self.hourly(option)
         return None if hourly is None else hourly * HOURS_30_DAYS
 
     def per_gpu_hour(self, option: str) -> float | None:
+        """Per GPU-hour of a node (compute and its storage); the fixed items are not spread over GPUs."""
         per_node = self.per_node_hourly(option)
         return None if per_node is None else per_node / self.gpus_per_node
 
@@ -102,6 +172,11 @@ class StackCost:
             "role": self.role,
             "autoscaling_max_nodes": self.max_nodes,
             "storage_usd_per_node_hour": _r(self.storage_per_node),
+            "fixed_usd_per_hour": _r(self.fixed_hourly),
+            "fixed": [
+                {"item": f.item, "quantity": f.quantity, "unit": f.unit, "usd_per_hour": _r(f.usd_per_hour)}
+                for f in self.fixed
+            ],
             "options": {
                 option: {
                     "compute_usd_per_node_hour": _r(self.compute_per_node[option]),
@@ -109,7 +184,7 @@ class StackCost:
                     "usd_per_hour": _r(self.hourly(option)),
                     "usd_per_30_days": _r(self.thirty_days(option), 2),
                     "usd_per_gpu_hour": _r(self.per_gpu_hour(option)),
-                    "usd_per_hour_at_max": _r(_times(self.per_node_hourly(option), self.max_nodes)) if self.max_nodes else None,
+                    "usd_per_hour_at_max": _r(self.hourly(option, self.max_nodes)) if self.max_nodes else None,
                 }
                 for option in OPTIONS
             },
@@ -144,6 +219,7 @@ def stack_cost(cfg: StackConfig, node_count: int | None = None, data: PurchaseDa
         role="training" if cfg.profile.bootstrap.recipe in TRAINING_RECIPES else "inference",
         compute_per_node=compute,
         storage_per_node=storage_gb_month / HOURS_PER_MONTH,
+        fixed=platform_items(cfg),
     )
 
 

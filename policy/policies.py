@@ -28,6 +28,7 @@ from pulumi_policy import (
 
 from components.catalog import load_catalog
 from components.cost import HOURS_30_DAYS
+from components.costplan import load_platform_prices
 from components.fleet import guardrails
 
 REQUIRED_TAGS = ("project", "team", "owner", "profile", "stack")
@@ -39,6 +40,7 @@ LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
 ASG = "aws:autoscaling/group:Group"
 EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -307,23 +309,33 @@ def _budget_present(args: StackValidationArgs, report: ReportViolation) -> None:
         return
     region = stack_region(res)
     catalog = load_catalog()
+    platform = load_platform_prices()
     monthly = 0.0
     for type_name, count in nodes.items():
         it = catalog.instance_types.get(type_name)
-        offering = it.offering(region) if it and region else None
-        price = offering.on_demand_usd_per_hour if offering else None
-        cap = spot_max_price(res)
-        if price is not None and cap is not None:
-            price = min(price, cap)  # EC2 never charges a spot node more than its max price
+        if it is None:  # not a GPU type: an EKS system node group's, priced in platform_prices.yaml
+            price = platform.instance(type_name, region)
+        else:
+            offering = it.offering(region) if region else None
+            price = offering.on_demand_usd_per_hour if offering else None
+            cap = spot_max_price(res)
+            if price is not None and cap is not None:
+                price = min(price, cap)  # EC2 never charges a spot node more than its max price
         if price is None:
             report(f"no on-demand price for {type_name} in {region}: cannot prove the budget covers it", None)
             return
         monthly += price * count * HOURS_30_DAYS
+    for _cluster in _by_type(res, EKS_CLUSTER):
+        price = platform.eks(region)
+        if price is None:
+            report(f"no EKS control-plane price for {region}: cannot prove the budget covers it", None)
+            return
+        monthly += price * HOURS_30_DAYS
     limit = max(float(b.props.get("limitAmount") or 0) for b in budgets)
     if monthly > limit:
         report(
-            f"budget {limit:,.0f} USD/month is below the stack's on-demand compute at its maximum size "
-            f"({monthly:,.0f} USD per 30 days); raise gpuforge:budgetUsd or shrink the stack",
+            f"budget {limit:,.0f} USD/month is below the stack's on-demand compute (and EKS control plane) at its "
+            f"maximum size ({monthly:,.0f} USD per 30 days); raise gpuforge:budgetUsd or shrink the stack",
             None,
         )
 

@@ -20,6 +20,9 @@ from gpuforge.errors import InputError
 from validate.inventory import Inventory
 
 PROJECT = "gpuforge"  # the `project` tag value (components/config.py PROJECT); a literal: no pulumi import
+# EKS stacks' system node group (components/kubernetes/eks.py SYSTEM_ROLE_TAG) carries the stack's
+# tags too; its nodes have no GPU and nothing of gpuforge's to validate, so they are left out.
+ROLE_TAG, SYSTEM_ROLE = "gpuforge-node-role", "system"
 _DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthFailure",
            "InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken", "UnrecognizedClientException"}  # fmt: skip
 
@@ -70,7 +73,7 @@ def _running_instances(ec2: Any, stack: str, page_size: int | None) -> list[dict
     out: list[dict[str, Any]] = []
     for page in paginator.paginate(Filters=_filters(stack), PaginationConfig=config):
         for reservation in page.get("Reservations", []):
-            out.extend(reservation.get("Instances", []))
+            out.extend(i for i in reservation.get("Instances", []) if _tags(i).get(ROLE_TAG) != SYSTEM_ROLE)
     return out
 
 

@@ -105,7 +105,7 @@ class GpuKubernetes(pulumi.ComponentResource):
                     control_plane_cidr=control_plane_cidr(cfg.vpc_cidr, cfg.subnet_cidr),
                     node_security_group_id=_need(args.security_group_id, "security_group_id"),
                     placement_group=_need(args.placement_group, "placement_group"),
-                    instance_type=cfg.instance.name,
+                    instance=cfg.instance,
                     node_count=cfg.node_count,
                     root_volume_gib=cfg.root_volume_gib,
                     public_access_cidrs=settings.public_access_cidrs,

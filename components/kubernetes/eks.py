@@ -1,5 +1,14 @@
-"""An EKS cluster for a GPU stack: control plane, least-privilege IAM, and a managed node group
-of the stack's GPU instance type in its subnet and cluster placement group.
+"""An EKS cluster for a GPU stack: control plane, least-privilege IAM, a managed node group of the
+stack's GPU instance type in its subnet and cluster placement group (tainted NoSchedule
+nvidia.com/gpu), and a small untainted system node group where pods that do not tolerate that
+taint (CoreDNS, the CloudWatch Observability add-on's controller, metrics-server) run.
+
+EFA types get one EFA interface per network card on the GPU template (components/compute.py
+`network_interfaces`), without a subnet: the EKS user guide ("Manage EFA devices on Amazon EKS",
+https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html) passes
+per-interface EFA configuration to managed node groups through launch templates, and its
+"Customize managed nodes with launch templates" page prohibits only the interfaces' subnet (the
+node group's subnets apply). With interfaces, the security groups go on each interface.
 
 Why a launch template of its own rather than GpuNodes': EKS managed node groups reject launch
 templates that set an IAM instance profile or subnet-bound network interfaces (EKS user guide,
@@ -19,6 +28,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.catalog import InstanceType
+from components.compute import network_interfaces
 from components.kubernetes.manifests import GPU_NODE_LABEL, GPU_TAINT
 from components.kubernetes.settings import defaults
 
@@ -32,6 +43,9 @@ NODE_POLICIES = (
 )
 AMI_TYPE = "AL2023_x86_64_NVIDIA"  # EKS-optimised AL2023 with the NVIDIA driver and container toolkit
 LOG_TYPES = ["api", "audit", "authenticator"]
+SYSTEM_NODE_LABEL = "gpuforge.io/system"
+# Instance tag on system nodes: `gpuforge validate --discover` skips them (validate/discover.py).
+SYSTEM_ROLE_TAG = "gpuforge-node-role"
 
 
 @dataclass(frozen=True)
@@ -44,7 +58,7 @@ class EksArgs:
     control_plane_cidr: str
     node_security_group_id: pulumi.Input[str]
     placement_group: pulumi.Input[str]
-    instance_type: str
+    instance: InstanceType
     node_count: int
     root_volume_gib: int
     public_access_cidrs: tuple[str, ...]
@@ -111,37 +125,24 @@ class EksCluster(pulumi.ComponentResource):
         observability = defaults()["cloudwatch_observability"]
         node_policies = NODE_POLICIES + ((observability["node_policy"],) if args.container_insights else ())
         node_role = _role(f"{name}-eks-node", "ec2.amazonaws.com", node_policies, tags, child)
-        lt = aws.ec2.LaunchTemplate(
-            f"{name}-eks-lt",
-            # The cluster security group lets nodes and control plane talk; the stack's group
-            # carries its SSH and node-to-node rules.
-            vpc_security_group_ids=[
-                cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or ""),
-                args.node_security_group_id,
-            ],
+        # The cluster security group lets nodes and control plane talk; the stack's group
+        # carries its SSH and node-to-node rules (all traffic within the group: what EFA needs).
+        cluster_sg = cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or "")
+        efa = args.instance.efa
+        lt = _node_template(
+            f"{name}-eks-lt", args.root_volume_gib, tags, child,
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=args.placement_group),
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
-            ),
-            block_device_mappings=[
-                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                    device_name="/dev/xvda",  # AL2023 root device
-                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                        volume_size=args.root_volume_gib, volume_type="gp3", encrypted="true",
-                        delete_on_termination="true",
-                    ),
-                )
-            ],
-            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags=tags)],
-            tags=tags,
-            opts=child,
+            network_interfaces=network_interfaces(
+                args.instance, None, args.node_security_group_id, None, extra_security_groups=[cluster_sg]
+            ) if efa else None,
+            vpc_security_group_ids=None if efa else [cluster_sg, args.node_security_group_id],
         )
         node_group = aws.eks.NodeGroup(
             f"{name}-gpu",
             cluster_name=cluster.name,
             node_role_arn=node_role.arn,
             subnet_ids=[args.node_subnet_id],  # the one AZ of the stack, next to its storage
-            instance_types=[args.instance_type],
+            instance_types=[args.instance.name],
             ami_type=AMI_TYPE,
             capacity_type="ON_DEMAND",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
@@ -153,6 +154,30 @@ class EksCluster(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
         )
+        # Untainted, on-demand, no placement group: the system pods' home (defaults.yaml system_nodes).
+        system = defaults()["system_nodes"]
+        system_lt = _node_template(
+            f"{name}-eks-system-lt", int(system["root_volume_gib"]), {**tags, SYSTEM_ROLE_TAG: "system"}, child,
+            vpc_security_group_ids=[cluster_sg, args.node_security_group_id],
+        )
+        system_group = aws.eks.NodeGroup(
+            f"{name}-system",
+            cluster_name=cluster.name,
+            node_role_arn=node_role.arn,
+            subnet_ids=[args.node_subnet_id],
+            instance_types=[system["instance_type"]],
+            ami_type=system["ami_type"],
+            capacity_type="ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                desired_size=int(system["count"]), min_size=int(system["count"]), max_size=int(system["count"])
+            ),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=system_lt.id, version=system_lt.latest_version.apply(str)
+            ),
+            labels={SYSTEM_NODE_LABEL: "true", **args.labels},
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
+        )
         if args.container_insights:
             aws.eks.Addon(
                 f"{name}-cloudwatch-observability",
@@ -161,9 +186,10 @@ class EksCluster(pulumi.ComponentResource):
                 addon_version=observability["addon_version"],  # None: EKS's default for the version
                 tags=tags,
                 # It turns ACTIVE once its pods run on nodes: the agent and DCGM exporter DaemonSets
-                # tolerate every taint (aws-observability/helm-charts, the add-on's chart), and
-                # the agent publishes with the node role's permission.
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]),
+                # tolerate every taint (aws-observability/helm-charts, the add-on's chart), its
+                # controller Deployment does not and runs on the system nodes; the agent
+                # publishes with the node role's permission (both groups share the role).
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group, system_group]),
             )
 
         self.name = cluster.name
@@ -173,6 +199,41 @@ class EksCluster(pulumi.ComponentResource):
             )
         )
         self.register_outputs({"clusterName": cluster.name, "kubeconfig": self.kubeconfig})
+
+
+def _node_template(
+    name: str,
+    root_volume_gib: int,
+    tags: dict[str, str],
+    opts: pulumi.ResourceOptions,
+    *,
+    placement: aws.ec2.LaunchTemplatePlacementArgs | None = None,
+    network_interfaces: list[aws.ec2.LaunchTemplateNetworkInterfaceArgs] | None = None,
+    vpc_security_group_ids: list[pulumi.Input[str]] | None = None,
+) -> aws.ec2.LaunchTemplate:
+    """A node group's launch template: IMDSv2 only, encrypted gp3 root, tags on the instances.
+    No instance profile, subnet or user data: EKS sets them (the node role, the node group's
+    subnets, the EKS AMI's bootstrap)."""
+    return aws.ec2.LaunchTemplate(
+        name,
+        metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+            http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+        ),
+        block_device_mappings=[
+            aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",  # AL2023 root device
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=root_volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true",
+                ),
+            )
+        ],
+        tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags=tags)],
+        placement=placement,
+        network_interfaces=network_interfaces,
+        vpc_security_group_ids=vpc_security_group_ids,
+        tags=tags,
+        opts=opts,
+    )
 
 
 def kubeconfig_for(cluster: str, endpoint: str, ca_data: str, region: str) -> str:

@@ -64,6 +64,8 @@ NOTES = [
     "on-demand and spot prices: catalog snapshot (components/catalog/meta.yaml); spot moves hourly",
     "1- and 3-year figures apply the seed's 40%-60% commitment range to the on-demand price (seed assumption, not an AWS quote)",
     "storage (EBS root and data volumes) costs the same under every option; S3 is billed by usage, not estimated",
+    "EKS stacks: control plane and on-demand system nodes (catalog/platform_prices.yaml, list prices not re-checked "
+    "offline) cost the same under every option and are in the totals, not in node-h or GPU-h",
     "30 days = 720 hours",
 ]
 
@@ -91,6 +93,10 @@ def _print_table(costs: list[StackCost], mix: Hybrid) -> None:
                 _money(c.per_gpu_hour(option), 4),
             )
         console.print(table)
+        if c.fixed:  # EKS: the same under every option, included in total/h and total/30 d
+            console.print("  fixed, every option: " + "; ".join(
+                f"{f.item} ({f.quantity:g} {f.unit}) {_money(f.usd_per_hour, 4)} $/h" for f in c.fixed
+            ))
         if c.max_nodes:
             at_max = c.to_dict()["options"]
             console.print(

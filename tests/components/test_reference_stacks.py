@@ -26,6 +26,16 @@ def node_templates(run):
     return run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
 
 
+def gpu_templates(run):
+    """The templates GPU nodes boot from: all but the EKS system node group's."""
+    return [lt for lt in node_templates(run) if not lt.name.endswith("-eks-system-lt")]
+
+
+def gpu_node_group(run):
+    (ng,) = [g for g in run.of_type("aws:eks/nodeGroup:NodeGroup") if g.name.endswith("-gpu")]
+    return ng
+
+
 def cluster_template(run):
     (nodes,) = run.of_type("gpuforge:aws:Nodes")
     (lt,) = [t for t in node_templates(run) if t.parent == nodes.urn]
@@ -43,9 +53,11 @@ def test_eks_stacks_declare_only_the_node_groups_template(result):
     if not on_eks(run):
         assert len(run.of_type("gpuforge:aws:Nodes")) == 1
         return
-    (ng,) = run.of_type("aws:eks/nodeGroup:NodeGroup")
+    ng = gpu_node_group(run)
     templates = node_templates(run)
-    assert [lt.name for lt in templates] == [f"{result.config.stack}-eks-lt"]
+    stack = result.config.stack
+    # the GPU node group's template, and the system node group's (components/kubernetes/eks.py)
+    assert sorted(lt.name for lt in templates) == [f"{stack}-eks-lt", f"{stack}-eks-system-lt"]
     assert ng.inputs["launchTemplate"]["id"].startswith("lt-")  # the node group boots the one template
     assert run.of_type("gpuforge:aws:Nodes") == []
     assert run.of_type("aws:iam/instanceProfile:InstanceProfile") == []
@@ -81,13 +93,12 @@ def test_one_cluster_placement_group_that_every_node_joins(result):
     groups = run.of_type("aws:ec2/placementGroup:PlacementGroup")
     assert len(groups) == 1 and groups[0].inputs["strategy"] == "cluster"
     name = groups[0].inputs["name"] if "name" in groups[0].inputs else groups[0].name
-    for lt in node_templates(run):
+    for lt in gpu_templates(run):
         assert lt.inputs["placement"]["groupName"] == name, lt.name
     instances = run.of_type("aws:ec2/instance:Instance")
-    groups = run.of_type("aws:eks/nodeGroup:NodeGroup")
-    if groups:  # EKS runs the GPU nodes: a managed node group on a template in the placement group
+    if on_eks(run):  # EKS runs the GPU nodes: a managed node group on a template in the placement group
         assert instances == []
-        (ng,) = groups
+        ng = gpu_node_group(run)
         assert ng.inputs["scalingConfig"]["desiredSize"] == result.config.node_count
         (subnet,) = [s for s in run.of_type("aws:ec2/subnet:Subnet") if s.inputs["availabilityZoneId"] == result.config.az_id]
         assert ng.inputs["subnetIds"] == [f"{subnet.name}-offline"]
@@ -99,14 +110,19 @@ def test_one_cluster_placement_group_that_every_node_joins(result):
 def test_efa_interfaces_match_the_catalog(result):
     it = CATALOG.instance(result.config.instance.name)
     if on_eks(result.run):
-        # The node group's template declares no interfaces: its nodes get EKS's one ENA interface.
-        # (GpuNodes' template had the EFA one, but on EKS nothing booted from it.)
-        (lt,) = node_templates(result.run)
-        assert "networkInterfaces" not in lt.inputs
-        if it.efa:
-            pytest.xfail(f"{it.name} has {it.efa_interfaces} EFA interface(s); the EKS node group declares none yet")
-        return
-    nics = cluster_template(result.run).inputs["networkInterfaces"]
+        (lt,) = gpu_templates(result.run)
+        if not it.efa:  # no interfaces declared: EKS gives the nodes their one ENA interface
+            assert "networkInterfaces" not in lt.inputs
+            return
+        nics = lt.inputs["networkInterfaces"]
+        # The node group gives the subnets (EKS rejects a subnet in the template's interfaces), and
+        # the security groups sit on the interfaces, not beside them (EC2 takes one or the other).
+        assert all("subnetId" not in n for n in nics)
+        assert "vpcSecurityGroupIds" not in lt.inputs
+        (sg,) = result.run.of_type("aws:ec2/securityGroup:SecurityGroup")
+        assert all(f"{sg.name}-offline" in n["securityGroups"] and len(n["securityGroups"]) == 2 for n in nics)
+    else:
+        nics = cluster_template(result.run).inputs["networkInterfaces"]
     assert len(nics) == max(it.efa_interfaces, 1)
     assert [n.get("interfaceType") for n in nics] == ["efa"] * it.efa_interfaces or not it.efa
     assert sorted(n["networkCardIndex"] for n in nics) == list(range(len(nics)))
@@ -197,7 +213,7 @@ def test_nodes_publish_the_metric_the_idle_alarm_reads(result):
     run = result.run
     alarm = idle_alarm(run).inputs
     if on_eks(run):
-        (ng,) = run.of_type("aws:eks/nodeGroup:NodeGroup")
+        ng = gpu_node_group(run)
         (addon,) = run.of_type("aws:eks/addon:Addon")
         assert addon.inputs["addonName"] == "amazon-cloudwatch-observability"
         assert addon.inputs["clusterName"] == ng.inputs["clusterName"]
@@ -230,8 +246,7 @@ def test_tags_on_taggable_resources(result):
 
 def test_nodes_boot_the_rendered_bootstrap_and_are_named_by_tag(result):
     if on_eks(result.run):  # the EKS AMI bootstraps the node group's nodes; its template carries no user data
-        (lt,) = node_templates(result.run)
-        assert "userData" not in lt.inputs
+        assert [lt for lt in node_templates(result.run) if "userData" in lt.inputs] == []
         return
     (lt,) = [cluster_template(result.run)]
     data = base64.b64decode(lt.inputs["userData"])

@@ -72,7 +72,7 @@ def test_quota_is_capacity_less_headroom_split_over_teams(nlp):
 
 
 def test_taints_tolerations_and_labels_match(nlp):
-    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup")
+    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup", "-gpu")
     taint = ng.inputs["taints"][0]
     assert (taint["key"], taint["effect"]) == ("nvidia.com/gpu", "NO_SCHEDULE")
     label_key = "gpuforge.io/gpu"
@@ -117,12 +117,54 @@ def test_eks_is_private_and_least_privilege(nlp):
     # The EKS minimum, plus what AWS documents for the CloudWatch Observability add-on's agent.
     assert attached == ["AmazonEC2ContainerRegistryReadOnly", "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
                         "CloudWatchAgentServerPolicy"]
-    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup").inputs
+    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup", "-gpu").inputs
     assert ng["instanceTypes"] == ["g4dn.8xlarge"] and ng["scalingConfig"]["desiredSize"] == 2
-    lt = one(nlp.run, "aws:ec2/launchTemplate:LaunchTemplate", "eks-lt").inputs
+    lt = one(nlp.run, "aws:ec2/launchTemplate:LaunchTemplate", "inference-eks-lt").inputs
     assert lt["placement"]["groupName"] == "nlp-inference-pg"
     assert lt["metadataOptions"]["httpTokens"] == "required"
     assert not nlp.run.of_type("aws:ec2/instance:Instance")  # the node group runs the GPU nodes
+
+
+def test_system_pods_have_an_untainted_home(nlp):
+    """CoreDNS, metrics-server and the add-on's controller do not tolerate the GPU taint: a small
+    on-demand system node group without taints runs them, in the stack's subnet, on an IMDSv2
+    template with an encrypted gp3 root, tagged like everything else."""
+    from components.kubernetes.settings import defaults
+
+    system = defaults()["system_nodes"]
+    gpu = one(nlp.run, "aws:eks/nodeGroup:NodeGroup", "-gpu").inputs
+    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup", "-system").inputs
+    assert gpu["taints"][0]["key"] == "nvidia.com/gpu"  # the GPU taint stays
+    assert "taints" not in ng and "gpuforge.io/gpu" not in ng["labels"]
+    assert ng["instanceTypes"] == [system["instance_type"]] == ["m6i.large"]
+    assert ng["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}
+    assert ng["capacityType"] == "ON_DEMAND" and ng["amiType"] == "AL2023_x86_64_STANDARD"
+    assert ng["subnetIds"] == gpu["subnetIds"] and ng["clusterName"] == gpu["clusterName"]
+    assert ng["nodeRoleArn"] == gpu["nodeRoleArn"]  # the add-on's agent publishes from these nodes too
+    lt = one(nlp.run, "aws:ec2/launchTemplate:LaunchTemplate", "eks-system-lt").inputs
+    assert ng["launchTemplate"]["id"] != gpu["launchTemplate"]["id"]
+    assert "placement" not in lt  # no placement group: nothing here talks EFA
+    assert lt["metadataOptions"]["httpTokens"] == "required"
+    (bdm,) = lt["blockDeviceMappings"]
+    assert bdm["ebs"] == {"volumeSize": 30, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}
+    (spec,) = lt["tagSpecifications"]
+    assert spec["tags"]["gpuforge-node-role"] == "system"  # validate --discover leaves them out
+    assert nlp.config.tags.items() <= spec["tags"].items() and nlp.config.tags.items() <= ng["tags"].items()
+    addon = one(nlp.run, "aws:eks/addon:Addon")
+    assert addon.inputs["clusterName"] == gpu["clusterName"]
+
+
+def test_eks_multi_card_efa_type_gets_one_efa_per_card(tmp_path):
+    """p4de.24xlarge has 4 network cards: four EFA interfaces on the node group's template, none
+    naming a subnet (the node group gives it), each with the cluster's and the stack's groups."""
+    res = run_preview(project(tmp_path, CV), "t")
+    lt = one(res.run, "aws:ec2/launchTemplate:LaunchTemplate", "t-eks-lt").inputs
+    nics = lt["networkInterfaces"]
+    assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics] == [
+        (0, 0, "efa"), (1, 1, "efa"), (2, 1, "efa"), (3, 1, "efa")
+    ]
+    assert all("subnetId" not in n and "associatePublicIpAddress" not in n for n in nics)
+    assert all(len(n["securityGroups"]) == 2 for n in nics) and "vpcSecurityGroupIds" not in lt
 
 
 def test_kubeconfig_is_a_secret_output(nlp):
@@ -205,7 +247,7 @@ def test_idle_alarm_reads_the_gpu_metric_the_addon_publishes_for_this_cluster(nl
 
     eks_data, addon_data = guardrails()["idle"]["eks"], defaults()["cloudwatch_observability"]
     cluster = one(nlp.run, "aws:eks/cluster:Cluster")
-    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup").inputs
+    ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup", "-gpu").inputs
     assert ng["clusterName"] == cluster.name  # the mock engine names the cluster after its resource
     addon = one(nlp.run, "aws:eks/addon:Addon").inputs
     assert addon["addonName"] == addon_data["addon_name"] == "amazon-cloudwatch-observability"

@@ -57,6 +57,8 @@ def test_discovers_only_the_stacks_running_instances(aws_env: str, image_id: str
     ec2.stop_instances(InstanceIds=stopped)
     launch(image_id, 1, {**TAGS, "stack": "nlp-inference", "Name": "other-stack"})
     launch(image_id, 1, {**TAGS, "project": "someone-else", "Name": "other-project"})
+    # an EKS stack's system node (components/kubernetes/eks.py): the stack's tags, no GPU to validate
+    launch(image_id, 1, {**TAGS, "gpuforge-node-role": "system", "Name": "system"}, itype="m6i.large")
 
     inv = discover_inventory("cv-training", ssh={"user": "ubuntu", "key_file": "/k"})
     by_id = {n.extras()["instance_id"]: n for n in inv.nodes}
