@@ -57,12 +57,19 @@ class NodeCheck(ABC, Generic[M]):
     def evaluate(self, node: str, measurement: M, expect: Expectations) -> list[CheckResult]:
         """Pure: measurement + expectations -> results for this node."""
 
-    def run_on_output(self, node: str, stdout: str, expect: Expectations) -> list[CheckResult]:
-        """parse + evaluate, with unparsable output reported as `unknown`."""
+    def compare(self, per_node: dict[str, M]) -> list[CheckResult]:
+        """Pure: results that need every node's measurement (e.g. the same driver everywhere).
+        Called by the runner with two or more nodes; most checks have nothing to compare."""
+        return []
+
+    def judge(self, node: str, stdout: str, expect: Expectations) -> tuple[list[CheckResult], M | None]:
+        """parse + evaluate, with unparsable output reported as `unknown`; also the measurement."""
         try:
             measurement = self.parse(stdout)
         except ParseError as exc:
-            return [
-                CheckResult(self.name, Level.UNKNOWN, (node,), None, None, f"could not parse output: {exc}")
-            ]
-        return self.evaluate(node, measurement, expect)
+            return [CheckResult(self.name, Level.UNKNOWN, (node,), None, None, f"could not parse output: {exc}")], None
+        return self.evaluate(node, measurement, expect), measurement
+
+    def run_on_output(self, node: str, stdout: str, expect: Expectations) -> list[CheckResult]:
+        """parse + evaluate, with unparsable output reported as `unknown`."""
+        return self.judge(node, stdout, expect)[0]

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from gpuforge.results import CheckResult, Level, Report, atomic_write
 from validate import collective, localise
-from validate.checks import Expectations, NodeCheck, ParseError
+from validate.checks import Expectations, NodeCheck
 from validate.inventory import Inventory, Node
 from validate.network import iperf, ping
 from validate.network.stage import NetworkStage
@@ -172,7 +172,7 @@ class Runner:
         jobs = [Job(n, c.command(), c.timeout_s, c) for n in active for c in checks]
         results = self.run_jobs(f"tier {tier}", jobs)
         failed: set[str] = set()
-        measured: dict[str, dict[str, Any]] = {}
+        measured: dict[str, tuple[NodeCheck[Any], dict[str, Any]]] = {}
         for job, res in zip(jobs, results, strict=True):
             check: NodeCheck[Any] = job.tag
             self.evidence(res.node, check.name, res)
@@ -181,7 +181,7 @@ class Runner:
             out, measurement = self._judge(check, res)
             self.report.add(out)
             if measurement is not None:
-                measured.setdefault(check.name, {})[res.node] = measurement
+                measured.setdefault(check.name, (check, {}))[1][res.node] = measurement
             if any(r.level in _BAD for r in out):
                 failed.add(res.node)
         for check in checks:
@@ -189,8 +189,9 @@ class Runner:
                 names = tuple(n.name for n in skipped)
                 why = "not run: node unreachable, gated out, or failed a lower tier"
                 self.report.add(CheckResult(check.name, Level.UNKNOWN, names, None, None, why))
-        for name, per_node in measured.items():
-            self.report.add(_cluster_results(name, per_node))
+        for check, per_node in measured.values():  # cluster-wide comparisons (driver, VBIOS...)
+            if len(per_node) >= 2:
+                self.report.add(check.compare(per_node))
         for name in sorted(failed):
             if self.states[name].state != "ok":
                 continue
@@ -208,24 +209,4 @@ class Runner:
             tail = res.stderr.strip().splitlines()[-1:] or [""]
             msg = f"exit {res.exit_code}, no output: {tail[0]}"
             return [CheckResult(check.name, Level.UNKNOWN, (node,), None, None, msg)], None
-        try:
-            measurement = check.parse(res.stdout)
-        except ParseError as exc:
-            msg = f"could not parse output: {exc}"
-            return [CheckResult(check.name, Level.UNKNOWN, (node,), None, None, msg)], None
-        return check.evaluate(node, measurement, self.expect[node]), measurement
-
-
-# Checks whose per-node measurements are also compared across the cluster (driver, VBIOS...).
-_CLUSTER = {"gpu.inventory": ("validate.gpu.inventory", "cluster_consistency")}
-
-
-def _cluster_results(check: str, per_node: dict[str, Any]) -> list[CheckResult]:
-    entry = _CLUSTER.get(check)
-    if entry is None or len(per_node) < 2:
-        return []
-    import importlib  # the GPU checks are part B's modules; load them only when they produced data
-
-    fn = getattr(importlib.import_module(entry[0]), entry[1])
-    out: list[CheckResult] = fn(per_node)
-    return out
+        return check.judge(node, res.stdout, self.expect[node])

@@ -123,3 +123,25 @@ def test_nccl_pairs_pass_on_real_f1_and_name_a_slow_node() -> None:
     loc = slow.report.context["nccl_localisation"]
     assert (loc["kind"], loc["slow_nodes"]) == ("node", ["node5"])
     assert slow.report.exit_code() == 1
+
+
+class SameEverywhere(Echo):
+    """Like Echo, and names the node whose word differs from the majority (the compare hook)."""
+
+    def compare(self, per_node: dict[str, str]) -> list[CheckResult]:
+        words = sorted(per_node.values())
+        majority = max(set(words), key=words.count)
+        odd = tuple(sorted(n for n, w in per_node.items() if w != majority))
+        level = Level.ERROR if odd else Level.PASS
+        return [CheckResult(f"{self.name}.same", level, odd, majority, majority, "odd one out")]
+
+
+def test_the_runner_compares_measurements_across_nodes() -> None:
+    fake = FakeTransport({("node3", "check t.word"): "other"})
+    checks, opts = [SameEverywhere("t.word", 1)], RunOptions(network=False)
+    res = Runner(_inv(4), fake, checks, lambda n: Expectations(), options=opts).run()
+    (same,) = [r for r in res.report.results if r.check == "t.word.same"]
+    assert (same.level, same.targets) == (Level.ERROR, ("node3",))
+    # one node has nothing to compare with: no cluster-wide result at all
+    alone = Runner(_inv(1), FakeTransport({}), checks, lambda n: Expectations(), options=opts).run()
+    assert not [r for r in alone.report.results if r.check == "t.word.same"]

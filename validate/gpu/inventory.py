@@ -64,6 +64,9 @@ class GpuInventoryCheck(NodeCheck[GpuInventory]):
         # csv with header and units: the header proves the column layout (see smi_csv.py)
         return f"nvidia-smi --query-gpu={','.join(FIELDS)} --format=csv"
 
+    def compare(self, per_node: dict[str, GpuInventory]) -> list[CheckResult]:
+        return cluster_consistency(per_node)
+
     def parse(self, stdout: str) -> GpuInventory:
         rows = parse_query_csv(stdout, required=FIELDS)
         if not rows:
