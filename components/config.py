@@ -23,7 +23,6 @@ from gpuforge.errors import ConfigError
 
 PROJECT = "gpuforge"
 MAX_NODES = 256  # one cluster placement group; larger fleets are split into several stacks
-OPEN_CIDRS = {"0.0.0.0/0", "::/0"}
 
 
 class RawStackConfig(BaseModel):

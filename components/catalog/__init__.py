@@ -85,7 +85,6 @@ class Region:
 @dataclass(frozen=True)
 class StoragePrices:
     usd_per_gb_month: dict[str, float]
-    default_bucket_gb: float
     source: str
 
 
@@ -200,7 +199,6 @@ def _load(directory: Path) -> Catalog:
     sp = yaml.safe_load((directory / "storage_prices.yaml").read_text())
     storage = StoragePrices(
         usd_per_gb_month={k: float(v) for k, v in sp["usd_per_gb_month"].items()},
-        default_bucket_gb=float(sp.get("default_bucket_gb") or 0),
         source=sp["source"],
     )
     meta = yaml.safe_load((directory / "meta.yaml").read_text())

@@ -18,6 +18,12 @@ def base_config(**over: object) -> dict:
         "gpuforge:owner": "platform-team",
         "gpuforge:budgetUsd": 25000,
     }
+    return with_overrides(cfg, over)
+
+
+def with_overrides(cfg: dict, over: dict) -> dict:
+    """`cfg` with `over` applied: bare keys are `gpuforge:` keys, None removes a key."""
+    cfg = dict(cfg)
     for key, value in over.items():
         full = key if ":" in key else f"gpuforge:{key}"
         if value is None:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gpuforge.preview import PreviewResult, run_preview
+from tests.components.stackcfg import with_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 TEAM = {"team": "vision", "owner": "vision-leads", "costCenter": "cc-4120"}
@@ -28,13 +29,7 @@ def stack_config(**over: Any) -> dict[str, Any]:
         "gpuforge:budgetUsd": 25000,
         **{f"gpuforge:{k}": v for k, v in TEAM.items()},
     }
-    for key, value in over.items():
-        full = key if ":" in key else f"gpuforge:{key}"
-        if value is None:
-            cfg.pop(full, None)
-        else:
-            cfg[full] = value
-    return cfg
+    return with_overrides(cfg, over)
 
 
 @pytest.fixture(scope="session")

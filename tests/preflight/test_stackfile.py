@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,6 @@ from gpuforge.errors import InputError
 from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config, set_config_value, stack_names
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    shutil.copytree(REPO / "stacks", tmp_path / "stacks")
-    return tmp_path
 
 
 def write_stack(project: Path, name: str, text: str) -> Path:
