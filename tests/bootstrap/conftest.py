@@ -1,4 +1,4 @@
-"""Shared fixtures for the bootstrap tests, and the `--update-golden` option.
+"""Shared fixtures for the bootstrap tests (`--update-golden` is registered in tests/conftest.py).
 
 `pytest tests/bootstrap --update-golden` rewrites tests/bootstrap/golden/ from the current
 templates on purpose; review the diff before committing it.
@@ -17,10 +17,6 @@ PROJECT = Path(__file__).resolve().parents[2]
 STACKS = ("cv-training", "nlp-inference", "risk-sim")
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true", default=False, help="rewrite tests/bootstrap/golden")
-
-
 @pytest.fixture(scope="session")
 def stack_cfg() -> dict[str, StackConfig]:
     """The three reference stacks, parsed from stacks/ as `gpuforge` would."""
@@ -33,6 +29,4 @@ def stack_cfg() -> dict[str, StackConfig]:
 
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
-    # getoption with a default: the option exists only when this conftest loads at startup
-    # (pytest tests/bootstrap ...); a plain `pytest` run compares against the golden files.
-    return bool(request.config.getoption("--update-golden", default=False))
+    return bool(request.config.getoption("--update-golden"))

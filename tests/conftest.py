@@ -1,0 +1,15 @@
+"""Options for the whole suite. Registered here, at the root, so they work however pytest is
+started (`pytest`, `pytest tests/bootstrap`, `make test`)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite tests/bootstrap/golden from the current templates (review the diff before committing)",
+    )
