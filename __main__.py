@@ -5,9 +5,9 @@ Run by `pulumi up --stack <name>` (real engine) and by `gpuforge preview` (SDK m
 
 import pulumi
 
+from common.errors import ConfigError
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import parse_stack_config
-from gpuforge.errors import ConfigError
 from gpuforge.program import engine_config
 
 try:

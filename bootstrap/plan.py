@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bootstrap.versions import CudaForOs, Versions
+from common.errors import GpuforgeError
 from components.catalog import load_catalog
 from components.config import StackConfig
 from components.profiles import DataVolume
-from gpuforge.errors import GpuforgeError
 
 # Recipes whose jobs talk NCCL across GPUs and nodes; inference serves one GPU per process.
 NCCL_RECIPES = frozenset({"training", "hpc"})

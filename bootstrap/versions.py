@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuforge.errors import GpuforgeError
+from common.errors import GpuforgeError
 
 VERSIONS_FILE = Path(__file__).resolve().parent / "versions.yaml"
 _HEX64 = r"^[0-9a-f]{64}$"

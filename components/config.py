@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from common.errors import ConfigError
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 from components.fleet import FleetConfig, check_gpu_quota, parse_fleet
 from components.kubernetes.settings import KubernetesSettings, kubernetes_settings
 from components.profiles import Profile, UnknownProfileError, load_profile, profile_names
-from gpuforge.errors import ConfigError
 
 PROJECT = "gpuforge"
 MAX_NODES = 256  # one cluster placement group; larger fleets are split into several stacks

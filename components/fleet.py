@@ -17,8 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from common.errors import ConfigError
 from components.catalog import Catalog, InstanceType
-from gpuforge.errors import ConfigError
 
 GUARDRAILS_FILE = Path(__file__).resolve().parent / "guardrails.yaml"
 PurchaseOption = Literal["on-demand", "spot", "capacity-reservation", "capacity-block"]

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
+from common.errors import EXIT_BAD_INPUT, GpuforgeError
 from gpuforge import __version__
-from gpuforge.errors import EXIT_BAD_INPUT, GpuforgeError
 
 # name -> (module, one-line help). The module exposes a click command called `command`.
 COMMANDS: dict[str, tuple[str, str]] = {

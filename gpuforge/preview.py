@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import GpuforgeError
 from components.config import PROJECT, StackConfig, parse_stack_config
 from components.cost import CostEstimate, estimate
-from gpuforge.errors import GpuforgeError
 from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config
 
 DISCLAIMER = (

@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
+from common.errors import InputError
+from common.results import atomic_write
 from components.catalog import did_you_mean
-from gpuforge.errors import InputError
-from gpuforge.results import atomic_write
 
 SECRET_PLACEHOLDER = "[secret]"
 _STACK_PREFIX = "Pulumi."

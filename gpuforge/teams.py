@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from common.errors import InputError
 from components.catalog import did_you_mean
-from gpuforge.errors import InputError
 
 TEAMS_DIR = Path(__file__).resolve().parents[1] / "stacks" / "teams"
 NAME = r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$"  # becomes part of stack and bucket names

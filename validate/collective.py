@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate import localise
 from validate.checks import Expectations, ParseError
 from validate.network import iperf, schedule

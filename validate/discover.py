@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gpuforge.errors import InputError
+from common.errors import InputError
 from validate.inventory import Inventory
 
 PROJECT = "gpuforge"  # the `project` tag value (components/config.py PROJECT); a literal: no pulumi import

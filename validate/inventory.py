@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpuforge.errors import InputError
+from common.errors import InputError
 
 # The ssh defaults mirror OpenSSH's so that an inventory written by hand behaves like `ssh`.
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"

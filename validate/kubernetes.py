@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 
 NODES = "k8s.gpu-nodes"
 PLUGIN = "k8s.device-plugin"

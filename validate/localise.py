@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.network.policy import figure
 
 NAME = "network.localise"

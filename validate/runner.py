@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuforge.results import CheckResult, Level, Report, atomic_write
+from common.results import CheckResult, Level, Report, atomic_write
 from validate import collective, localise
 from validate.checks import Expectations, NodeCheck
 from validate.inventory import Inventory, Node

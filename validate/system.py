@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 
 NETWORK_TOOLS = ("iperf3", "ping", "ss", "timeout")

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from gpuforge.results import CheckResult, Level, atomic_write
+from common.results import CheckResult, Level, atomic_write
 from validate.checks import Expectations
 
 DATA_FILE = Path(__file__).resolve().parent / "data" / "thresholds.yaml"

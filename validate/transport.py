@@ -33,8 +33,8 @@ from typing import Any, Protocol
 
 import paramiko
 
-from gpuforge.errors import InputError
-from gpuforge.results import atomic_write
+from common.errors import InputError
+from common.results import atomic_write
 from validate.inventory import Node, SshConfig
 
 # The remote `timeout` gets this long after TERM before KILL; the local deadline adds it plus

@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
+from common.errors import EXIT_CHECKS_FAILED, GpuforgeError, InputError
 from components.catalog import CATALOG_DIR, load_catalog
-from gpuforge.errors import EXIT_CHECKS_FAILED, GpuforgeError, InputError
 
 PRICING_REGION = "us-east-1"  # the Pricing API has endpoints in us-east-1 (and few others), not per region
 MAX_PAGES = 50  # every paginated call is bounded: a misbehaving endpoint cannot loop us forever
@@ -548,7 +548,7 @@ def _check_loads(texts: dict[str, str]) -> None:
 def write_all_or_none(files: dict[Path, str]) -> None:
     """Write every file or none: stage each next to its target, then swap them in, undoing on failure.
 
-    This is gpuforge.results.atomic_write for a set of files: a single atomic_write per file would
+    This is common.results.atomic_write for a set of files: a single atomic_write per file would
     leave a mixed old/new catalog if the third of five writes failed.
     """
     staged: dict[Path, Path] = {}

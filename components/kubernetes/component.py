@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi.runtime import config as runtime_config
 
+from common.errors import ConfigError
 from components.catalog import load_catalog
 from components.config import PROJECT, StackConfig
 from components.kubernetes import manifests as m
@@ -24,7 +25,6 @@ from components.kubernetes.settings import KubernetesSettings
 from components.kubernetes.sharing import plan_sharing
 from components.monitoring import IdleAlarm
 from components.operations import idle_alarm_args
-from gpuforge.errors import ConfigError
 
 # kind -> the typed pulumi-kubernetes class, so the preview shows real Kubernetes types.
 _KINDS: dict[str, Any] = {

@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
+from common.errors import ConfigError
 from components.catalog import GpuModel, InstanceType
 from components.profiles import Profile
-from gpuforge.errors import ConfigError
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

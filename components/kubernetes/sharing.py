@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import ConfigError
 from components.catalog import GpuModel
 from components.profiles import Sharing
-from gpuforge.errors import ConfigError
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_SLICES = 7  # an A100/H100/H200 has 7 compute slices; a layout may not use more

@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 
 from bootstrap.render import USER_DATA_FILE
+from common.errors import InputError
+from common.results import atomic_write
 from components.config import parse_stack_config
 from gpuforge.commands.options import project_dir_option
-from gpuforge.errors import InputError
-from gpuforge.results import atomic_write
 from gpuforge.stackfile import load_stack_config
 
 

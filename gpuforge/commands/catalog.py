@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
+from common.errors import InputError
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
-from gpuforge.errors import InputError
 
 FORMATS = ("table", "json")
 DEFAULT_REGION = "us-east-1"

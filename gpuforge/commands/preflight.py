@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
+from common.errors import EXIT_CHECKS_FAILED
 from gpuforge.commands.options import project_dir_option
-from gpuforge.errors import EXIT_CHECKS_FAILED
 
 
 @click.command(name="preflight")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
+from common.errors import EXIT_CHECKS_FAILED
 from gpuforge.commands.options import project_dir_option
-from gpuforge.errors import EXIT_CHECKS_FAILED
 from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
 
 

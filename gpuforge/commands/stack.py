@@ -14,12 +14,12 @@ from pathlib import Path
 import click
 import jinja2
 
+from common.errors import InputError
+from common.results import atomic_write
 from components.catalog import did_you_mean, load_catalog
 from components.config import parse_stack_config
 from components.profiles import load_profile, profile_names
 from gpuforge.commands.options import project_dir_option
-from gpuforge.errors import InputError
-from gpuforge.results import atomic_write
 from gpuforge.stackfile import load_stack_config
 from gpuforge.teams import TEAMS_DIR, Team, load_team
 

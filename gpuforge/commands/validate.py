@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from gpuforge.errors import InputError
-from gpuforge.results import CheckResult, Report, atomic_write
+from common.errors import InputError
+from common.results import CheckResult, Report, atomic_write
 from validate import collective
 from validate.checks import Expectations, NodeCheck
 from validate.inventory import Inventory, Node, load_inventory

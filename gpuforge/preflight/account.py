@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from common.results import CheckResult, Level
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
-from gpuforge.results import CheckResult, Level
 
 CHECK_CREDENTIALS = "aws.credentials"
 CHECK_LAUNCH = "ec2.launch-permission"

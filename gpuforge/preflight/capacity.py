@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from common.results import CheckResult, Level
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
-from gpuforge.results import CheckResult, Level
 
 CHECK_RESERVATIONS = "capacity.reservations"
 CHECK_PROBE = "capacity.probe"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.results import CheckResult, Level
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
-from gpuforge.results import CheckResult, Level
 
 CHECK_ZONES = "ec2.availability-zones"
 CHECK_OFFERING = "ec2.offering"

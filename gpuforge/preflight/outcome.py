@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.results import CheckResult, Level
 from gpuforge.preflight.aws import Unavailable
-from gpuforge.results import CheckResult, Level
 
 
 def result(

@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
+from common.results import CheckResult, Level
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
-from gpuforge.results import CheckResult, Level
 
 QUOTAS_FILE = Path(__file__).resolve().parent / "quotas.yaml"
 CHECK_ON_DEMAND = "quota.on-demand-vcpus"

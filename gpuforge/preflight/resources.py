@@ -3,11 +3,11 @@ pair and the SSM parameter with the NGC key. Each must exist in the region befor
 
 from __future__ import annotations
 
+from common.results import CheckResult, Level
 from components.ami import ami_filter
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
-from gpuforge.results import CheckResult, Level
 
 CHECK_AMI = "ec2.ami"
 CHECK_NETWORK = "ec2.network"

@@ -11,15 +11,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from common.errors import ConfigError
+from common.results import CheckResult, Level, Report
 from components.catalog import Catalog, load_catalog
 from components.config import PROJECT, StackConfig, parse_stack_config
-from gpuforge.errors import ConfigError
 from gpuforge.preflight import account, capacity, compute, quota, resources, spot, storage
 from gpuforge.preflight.aws import Aws
 from gpuforge.preflight.context import Context, Evidence
 from gpuforge.preflight.outcome import result
 from gpuforge.preflight.ranking import AzRank, rank
-from gpuforge.results import CheckResult, Level, Report
 from gpuforge.stackfile import load_stack_config, set_config_value
 
 AZ_KEY = f"{PROJECT}:azId"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from common.results import CheckResult, Level
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
-from gpuforge.results import CheckResult, Level
 
 CHECK_PRICE = "spot.price"
 CHECK_SCORE = "spot.placement-score"

@@ -3,10 +3,10 @@ directory bucket already lives (moving compute means the hot data must follow)."
 
 from __future__ import annotations
 
+from common.results import CheckResult, Level
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
-from gpuforge.results import CheckResult, Level
 
 CHECK_S3EXPRESS = "s3express.availability"
 CHECK_BUCKET = "s3express.existing-bucket"

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from common.errors import InputError
 from components.config import parse_stack_config
 from components.costplan import hybrid, load_purchase_data, stack_cost
 from gpuforge.cli import cli
-from gpuforge.errors import InputError
 from gpuforge.stackfile import load_stack_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import ConfigError
 from components.catalog import load_catalog
 from components.kubernetes.quotas import team_quota
 from components.kubernetes.sharing import plan_sharing
 from components.profiles import Sharing
-from gpuforge.errors import ConfigError
 
 CAT = load_catalog()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuforge.results import Level
+from common.results import Level
 from tests.k8s.fake_api import Scenario, fixture, serve, write_kubeconfig
 from validate.kubernetes import (
     NODES,

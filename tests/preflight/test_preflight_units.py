@@ -9,12 +9,12 @@ import pytest
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.responses import EC2Response
 
+from common.results import Level
 from gpuforge.preflight.aws import THROTTLE_ROUNDS, Aws, Unavailable
 from gpuforge.preflight.compute import evaluate_facts
 from gpuforge.preflight.context import Evidence
 from gpuforge.preflight.quota import evaluate, quota_class
 from gpuforge.preflight.ranking import rank
-from gpuforge.results import Level
 
 AZS = ("use1-az1", "use1-az4", "use1-az6")
 

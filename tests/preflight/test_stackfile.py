@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import InputError
 from components.config import parse_stack_config
-from gpuforge.errors import InputError
 from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config, set_config_value, stack_names
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import inspect
 import pytest
 
 from bootstrap.render import render_user_data
+from common.errors import ConfigError
 from components.purchase import checkpoint_command
-from gpuforge.errors import ConfigError
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"

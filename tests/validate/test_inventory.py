@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuforge.errors import InputError
+from common.errors import InputError
 from validate.inventory import load_inventory, parse_inventory
 
 INV = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuforge.results import Level
+from common.results import Level
 from validate import localise
 from validate.checks import ParseError
 from validate.network import iperf, ping, schedule

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from gpuforge.results import Level
+from common.results import Level
 from tests.validate.gpu_fixtures import fixture, truncate
 from validate.checks import ParseError
 from validate.nccl import NcclLocalCheck, NcclPlan, evaluate_nccl, hostfile_text, local_command, multinode_command

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from gpuforge.results import Level
+from common.results import Level
 from tests.validate.gpu_fixtures import fixture, truncate
 from validate.compute import SCRIPT, ComputeCheck
 from validate.gpu.bootstrap_status import MISSING, BootstrapStatusCheck

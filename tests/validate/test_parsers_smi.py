@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gpuforge.results import Level
+from common.results import Level
 from tests.validate.gpu_fixtures import a100_inventory, drop_csv_column, fixture, truncate, with_smi_header
 from validate.checks import Expectations, ParseError
 from validate.gpu.health import GpuHealthCheck

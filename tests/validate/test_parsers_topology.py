@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gpuforge.results import Level
+from common.results import Level
 from tests.validate.gpu_fixtures import fixture, truncate
 from validate.checks import ParseError
 from validate.gpu.nvlink import NvlinkCheck, parse_nvlink

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from gpuforge.results import Level
+from common.results import Level
 from tests.validate.gpu_fixtures import fixture
 from validate.gpu.topology import TopologyCheck
 from validate.nccl import evaluate_nccl, parse_nccl

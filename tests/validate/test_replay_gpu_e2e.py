@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuforge.results import Level
+from common.results import Level
 from tests.validate.gpu_fixtures import fixture
 from tests.validate.test_replay import run as replay
 from tests.validate.testbed import Testbed, missing_requirements

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import pytest
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 from validate.inventory import Inventory, Node
 from validate.runner import Runner, RunOptions

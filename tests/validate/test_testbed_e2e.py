@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuforge.results import Level
+from common.results import Level
 from tests.validate.testbed import Testbed, missing_requirements
 from validate.checks import Expectations
 from validate.inventory import Inventory

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import Expectations
 from validate.thresholds import (
     ThresholdsError,

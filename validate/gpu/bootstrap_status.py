@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 from validate.thresholds import policy
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 
 MARK = "# gpuforge fi_info"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck
 from validate.gpu.smi_q import SmiBlock, as_int, as_yes, parse_smi_q
 from validate.thresholds import policy

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 from validate.gpu.smi_csv import as_float, parse_query_csv
 from validate.thresholds import policy

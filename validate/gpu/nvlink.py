@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 from validate.thresholds import policy
 

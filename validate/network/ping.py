@@ -11,7 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate.checks import ParseError
 from validate.network.iperf import pair_label
 from validate.network.policy import figure

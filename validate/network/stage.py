@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuforge.results import CheckResult, Level
+from common.results import CheckResult, Level
 from validate import localise
 from validate.checks import ParseError
 from validate.inventory import Node

@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from gpuforge.errors import EXIT_CHECKS_FAILED, EXIT_OK
+from common.errors import EXIT_CHECKS_FAILED, EXIT_OK
 
 
 class Level(str, Enum):
