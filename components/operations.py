@@ -75,7 +75,7 @@ def declare_operations(
         StackBudget(
             name,
             BudgetArgs(stack=cfg.stack, limit_usd=fleet.budget_usd, emails=fleet.budget_emails, tags=tags),
-            topic.arn,
+            topic,
             opts=child,
         )
     return Operations(group, topic.arn)

@@ -191,7 +191,7 @@ def _encryption_on(args: ResourceValidationArgs, report: ReportViolation) -> Non
     elif args.resource_type == INSTANCE and p.get("rootBlockDevice") and not _true(p["rootBlockDevice"].get("encrypted")):
         report(f"{args.name}: root volume is not encrypted", None)
     elif args.resource_type == "aws:sns/topic:Topic" and not p.get("kmsMasterKeyId"):
-        report(f"{args.name}: SNS topic is not encrypted; set kms_master_key_id (alias/aws/sns)", None)
+        report(f"{args.name}: SNS topic is not encrypted; set kms_master_key_id (a customer-managed key)", None)
 
 
 def _imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:

@@ -100,7 +100,6 @@ def test_budget_alerts_at_80_and_100_percent(record) -> None:
     assert budget["costFilters"] == [{"name": "TagKeyValue", "values": ["user:stack$vision-cv"]}]
     assert sorted(n["threshold"] for n in budget["notifications"]) == [80, 100]
     assert all(n["subscriberEmailAddresses"] == ["vision-leads@example.com"] for n in budget["notifications"])
-    assert run.of_type("aws:sns/topic:Topic")[0].inputs["kmsMasterKeyId"] == "alias/aws/sns"
 
 
 def test_idle_alarm_under_70_percent(record) -> None:
