@@ -11,6 +11,7 @@ and a row that does not fit the header is a layout error, not a misread number.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -27,6 +28,11 @@ _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
 _OOB = re.compile(r"^# Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<ok>OK|FAILED)")
 _AVG = re.compile(r"^# Avg bus bandwidth\s*:\s*(?P<bw>[\d.eE+-]+)(?:\s+(?P<ok>OK|FAILED))?")
 _NET = re.compile(r"NCCL INFO Using network (?P<net>\S.*)$")
+# nccl-tests' own failure reports (src/common.h CUDACHECK/NCCLCHECK/TESTCHECK):
+# "<host>: Test CUDA failure common.cu:389 '...'", "<host>: Test NCCL failure ...",
+# " .. <host> pid N: Test failure common.cu:519". They may land on the end of a half-printed
+# row (NVIDIA/nccl-tests#355), so they are looked for anywhere in a line, before the row is split.
+_FAILURE = re.compile(r"\bTest (?:CUDA |NCCL |)failure\b.*$")
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ class NcclRun:
     avg_ok: bool | None
     timed_out: bool
     networks: tuple[str, ...]
+    failures: tuple[str, ...] = ()  # nccl-tests' "Test ... failure" lines: the run died
 
 
 def _num(text: str) -> float:
@@ -149,9 +156,14 @@ def _wrong(text: str, legacy: bool) -> int | None:
     if legacy or text == "N/A":
         return None
     try:
-        return int(text)
+        # nccl-tests prints #wrong with "%g"-style formatting in some versions: above 1e6 it is
+        # e-notation ("1.04858e+06"), still a count of wrong elements.
+        value = float(text)
     except ValueError:
-        raise ParseError(f"#wrong is not an integer: {text!r}") from None
+        raise ParseError(f"#wrong is not a count: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise ParseError(f"#wrong is not a count: {text!r}")
+    return int(value)
 
 
 def parse_nccl(stdout: str) -> NcclRun:
@@ -160,10 +172,14 @@ def parse_nccl(stdout: str) -> NcclRun:
     oob = oob_ok = avg = avg_ok = None
     timed_out = False
     networks: list[str] = []
+    failures: list[str] = []
     for raw in stdout.splitlines():
         line = _PREFIX.sub("", raw.rstrip())
         if "Test timeout" in line:
             timed_out = True
+        if f := _FAILURE.search(line):
+            failures.append(f.group(0).strip())
+            continue  # a failure glued to a half-printed row: the row is not a measurement
         if n := _NET.search(line):
             networks.append(n["net"].strip())
         if line.startswith("#"):
@@ -182,12 +198,14 @@ def parse_nccl(stdout: str) -> NcclRun:
         if len(tokens) != len(header):
             raise ParseError(f"row has {len(tokens)} columns, header has {len(header)}: {line.strip()[:80]!r}")
         rows.append(_row(header, tokens))
-    if header is None:
+    if header is None and not failures:
         raise ParseError("no all_reduce_perf table header (# size count type ...)")
-    if not rows and not timed_out:
+    if not rows and not timed_out and not failures:
         raise ParseError("table header but no result rows")
-    legacy = "error" in header and "#wrong" not in header
-    return NcclRun(tuple(rows), legacy, oob, oob_ok, avg, avg_ok, timed_out, tuple(dict.fromkeys(networks)))
+    legacy = header is not None and "error" in header and "#wrong" not in header
+    return NcclRun(
+        tuple(rows), legacy, oob, oob_ok, avg, avg_ok, timed_out, tuple(dict.fromkeys(networks)), tuple(failures)
+    )
 
 
 def _row(header: list[str], tokens: list[str]) -> NcclRow:
@@ -233,6 +251,9 @@ def evaluate_nccl(
 def _correctness(t: tuple[str, ...], run: NcclRun) -> CheckResult:
     if run.timed_out:
         return CheckResult("nccl.run", Level.ERROR, t, "timeout", None, "all_reduce_perf hit its -T timeout (hang?)")
+    if run.failures:
+        msg = f"nccl-tests failed after {len(run.rows)} size(s): {run.failures[0][:160]}"
+        return CheckResult("nccl.run", Level.ERROR, t, list(run.failures[:5]), None, msg)
     wrong = [(r.size, w) for r in run.rows for w in (r.oop_wrong, r.ip_wrong) if w]
     if wrong or (run.oob is not None and run.oob > 0) or run.oob_ok is False:
         where = f"{len(wrong)} row(s) with #wrong > 0, first at {wrong[0][0]} B" if wrong else f"{run.oob} out of bounds"
@@ -272,7 +293,10 @@ def _busbw(t: tuple[str, ...], run: NcclRun, expect: Expectations, scope: str) -
 
 
 def _latency(t: tuple[str, ...], run: NcclRun, expect: Expectations) -> CheckResult | None:
-    small = [r for r in run.rows if r.size > 0]
+    # Only a small message says anything about latency: a sweep that starts at 512 MiB has no
+    # latency figure at all, rather than its first (bandwidth-bound) row judged as one.
+    limit = int(policy(expect, "nccl_small_max_bytes"))
+    small = [r for r in run.rows if 0 < r.size <= limit]
     if not small:
         return None
     row = min(small, key=lambda r: r.size)

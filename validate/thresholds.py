@@ -65,6 +65,7 @@ def _policy_defaults() -> dict[str, tuple[Any, str]]:
         "nccl_pass_fraction": (d["nccl"]["pass_fraction"], d["nccl"]["pass_fraction_source"]),
         "nccl_min_large_bytes": (d["nccl"]["min_large_message_bytes"], d["nccl"]["min_large_message_source"]),
         "nccl_small_latency_us": (d["nccl"]["small_message_latency_us"], d["nccl"]["small_message_latency_source"]),
+        "nccl_small_max_bytes": (d["nccl"]["small_message_max_bytes"], d["nccl"]["small_message_max_source"]),
         "compute_min_fraction": (
             d["compute"]["min_fraction_of_peak"],
             d["compute"]["min_fraction_of_peak_source"],

@@ -100,8 +100,13 @@ class Transport(Protocol):
 
 
 def wrap(command: str, timeout_s: float) -> str:
-    """The command as the node runs it: under `timeout`, so nothing outlives its bound there."""
-    return f"timeout -k {KILL_AFTER_S:g} {max(timeout_s, 0.1):g} sh -c {shlex.quote(command)}"
+    """The command as the node runs it: under `timeout`, so nothing outlives its bound there.
+
+    Under `LC_ALL=C` too: the parsers read the tools' English, C-locale output (ping's summary,
+    decimal points), and a node's own locale must not change it. `env` rather than a `VAR=x`
+    prefix because the remote login shell is not necessarily a Bourne shell.
+    """
+    return f"env LC_ALL=C timeout -k {KILL_AFTER_S:g} {max(timeout_s, 0.1):g} sh -c {shlex.quote(command)}"
 
 
 def run_many(

@@ -58,8 +58,9 @@ def test_f2_tag_output_footer_and_avg_not_used():
     # EKS run's 2 GiB busbw is just under 0.9 x the Slurm run's 16 GiB figure (438.38)
     assert bw.observed == 437.89 and bw.level is Level.ERROR and "2147483648 B" in bw.message
     assert results["nccl.run"].level is Level.PASS
-    # the zero-byte row is not the "small message": the smallest non-zero one is
-    assert results["nccl.latency"].observed == 996.0
+    # this sweep is 0 B, then 64 MiB and up: it has no small message, so no latency verdict
+    # (it used to be judged on the 64 MiB row's 996 µs against the 50 µs target)
+    assert "nccl.latency" not in results
 
 
 def test_f3_legacy_layout_error_column():

@@ -29,8 +29,16 @@ def test_local_hung_command_is_a_timeout_within_the_bound() -> None:
     assert time.monotonic() - start < 5
 
 
+def test_node_commands_run_in_the_c_locale(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a controller (or node) in another locale must not change the tools' output language
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")
+    monkeypatch.setenv("LANG", "de_DE.UTF-8")
+    res = LocalTransport().run(NODE, 'echo "$LC_ALL"', 5)
+    assert res.ok and res.stdout == "C\n"
+
+
 def test_wrap_quotes_and_bounds() -> None:
-    assert wrap("echo 'a b'", 7) == "timeout -k 2 7 sh -c 'echo '\"'\"'a b'\"'\"''"
+    assert wrap("echo 'a b'", 7) == "env LC_ALL=C timeout -k 2 7 sh -c 'echo '\"'\"'a b'\"'\"''"
     assert Timeouts(2, 3, 4, 5).connect_bound() == 2 * 2 + 3 + 4
 
 

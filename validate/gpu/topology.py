@@ -16,8 +16,13 @@ from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 from validate.thresholds import policy
 
-_CODE = re.compile(r"^(X|NV\d+|SYS|NODE|PHB|PXB|PIX)$")
+# SOC is what drivers before NODE/SYS existed printed for the inter-socket path (legend "SOC =").
+_CODE = re.compile(r"^(X|NV\d+|SYS|NODE|PHB|PXB|PIX|SOC)$")
 _GPU = re.compile(r"^GPU\d+$")
+# Driver 590 on wraps the header row in ANSI underline (ESC[4m ... ESC[0m) even when stdout is a
+# pipe or a file (utkuozdemir/nvidia_gpu_exporter internal/captures/*__590.48.01.txt, written
+# by `nvidia-smi topo -m >> file`): strip every CSI sequence before splitting into tokens.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Topology:
 def parse_topo(stdout: str) -> Topology:
     header: list[str] | None = None
     rows: dict[str, tuple[str, ...]] = {}
-    for line in stdout.splitlines():
+    for line in _ANSI.sub("", stdout).splitlines():
         tokens = line.split()
         if not tokens or tokens[0] == "Legend:":
             if rows:

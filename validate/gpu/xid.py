@@ -18,7 +18,15 @@ from validate.thresholds import policy
 
 MARK = "# gpuforge xid-scan"
 _SOURCE = re.compile(rf"^{MARK} source=(?P<src>journalctl|dmesg|none)$")
-_XID = re.compile(r"NVRM: Xid \((?P<pci>PCI:[0-9A-Fa-f:.]+)\): (?P<code>\d+)(?:, (?P<rest>.*))?$")
+# The driver's formats (NVIDIA/open-gpu-kernel-modules: the Xid printer in src/nvidia/src/kernel/
+# gpu/rc/, and gpu/arch/ampere/kern_gpu_ga100.c _gpuGenerateErrorLog_GA100, whose comment shows
+# all three): "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..." and, for an error
+# attributed to a MIG instance, "(PCI:%04x:%02x:%02x GPU-I:%02u)" or "... GPU-I:%02u GPU-CI:%02u)".
+# Drivers before ~396 printed no "PCI:" prefix ("NVRM: Xid (0000:03:00): 14, Channel 00000001").
+_XID = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<bdf>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+    r"(?P<mig>(?:\s+GPU-C?I:\s*\d+)*)\s*\):?\s*(?P<code>\d+)\b"
+)
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,7 @@ class XidEvent:
     pci: str
     code: int
     line: str
+    mig: str | None = None  # "GPU-I:05 GPU-CI:00" when the driver attributed it to a MIG instance
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,8 @@ class XidScanCheck(NodeCheck[XidScan]):
             x = _XID.search(line)
             if x is None:
                 raise ParseError(f"unexpected line in Xid scan: {line[:80]!r}")
-            events.append(XidEvent(x["pci"], int(x["code"]), line.strip()))
+            mig = " ".join(x["mig"].split()) or None
+            events.append(XidEvent(f"PCI:{x['bdf']}", int(x["code"]), line.strip(), mig))
         return XidScan(m["src"], tuple(events))
 
     def evaluate(self, node: str, measurement: XidScan, expect: Expectations) -> list[CheckResult]:

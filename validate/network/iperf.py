@@ -72,7 +72,7 @@ def parse(stdout: str) -> IperfMeasurement:
     if not text:
         raise ParseError("empty output (iperf3 not installed, or killed before it printed)")
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_keep_duplicates)
     except json.JSONDecodeError as exc:
         raise ParseError(f"not iperf3 JSON ({exc.msg} at char {exc.pos}); truncated?") from None
     if not isinstance(doc, dict):
@@ -93,6 +93,28 @@ def parse(stdout: str) -> IperfMeasurement:
     test = start.get("test_start", {}) if isinstance(start, dict) else {}
     streams = test.get("num_streams") if isinstance(test, dict) else None
     return IperfMeasurement(fwd, rev, int(retr) if isinstance(retr, (int, float)) else None, streams, version, None)
+
+
+def _keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object that keeps a repeated key under the name iperf3 3.11 gave it.
+
+    iperf3 3.7 to 3.10 write `--bidir` results with duplicate keys (esnet/iperf#952, fixed by
+    PR #1200 in 3.11): the client prints its sending streams' `sum_sent`/`sum_received` first,
+    then its receiving streams' under the same names (src/iperf_api.c at tag 3.9, commit
+    1f8fb13297f3e3e40169ebcd12e171167e394473, iperf_print_results: lower_mode -1 = sender
+    first). A plain dict keeps the last one, silently swapping in the reverse direction. 3.11
+    names the second one `<key>_bidir_reverse`; mapping the old output onto that name makes both
+    versions read the same.
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key not in out:
+            out[key] = value
+        elif f"{key}_bidir_reverse" not in out:
+            out[f"{key}_bidir_reverse"] = value
+        # a third copy is ignored: 3.12 repeats `sock_bufsize` in `start` (netfix capture), no
+        # field we read is printed more than twice
+    return out
 
 
 def _bps(end: dict[str, Any], key: str) -> float | None:

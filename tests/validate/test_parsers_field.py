@@ -1,0 +1,157 @@
+"""Defects that other people's real output exposed (issue 12, item 1); each test fails on the
+parsers as they were. Files under corpus/ are real captures (corpus/SOURCES.md); where a test
+changes one, it says so and why (derived, never stored as captured)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from common.results import Level
+from tests.validate.gpu_fixtures import fixture
+from validate.gpu.nvlink import NvlinkCheck, parse_nvlink
+from validate.gpu.topology import TopologyCheck, parse_topo
+from validate.gpu.xid import MARK as XID_MARK
+from validate.gpu.xid import XidScanCheck
+from validate.nccl import NcclLocalCheck, evaluate_nccl, parse_nccl
+from validate.network import iperf
+from validate.thresholds import build_expectations
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+P4DE = build_expectations("cv-training", None, {})
+P5 = build_expectations(None, "p5.48xlarge", {})
+G6E = build_expectations(None, "g6e.xlarge", {})
+G4DN = build_expectations(None, "g4dn.xlarge", {})
+
+
+def corpus(path: str) -> str:
+    return (CORPUS / path).read_bytes().decode()
+
+
+def by_check(results):
+    return {r.check: r for r in results}
+
+
+# --- topo -m: ANSI underline from driver 590 on, even into a file -------------------------------
+
+
+def test_topo_590_header_underlined_even_in_a_file_parses():
+    text = fixture("topo_h100_590_exporter_capture.txt")
+    assert "\x1b[4mGPU0" in text  # the bytes nvidia-smi wrote to the collector's file
+    topo = parse_topo(text)
+    assert topo.gpus == ("GPU0",) and topo.matrix == (("X",),)
+    one = dataclasses.replace(P5, gpus_per_node=1, interconnect="pcie")
+    [r] = TopologyCheck().run_on_output("n1", text, one)
+    assert r.level is Level.INFO
+
+
+def test_topo_595_and_610_captures_parse_too():
+    for name in ("exporter_linux_l40s_595.80.txt", "exporter_linux_rtx-2080-super_610.57.04.txt"):
+        assert parse_topo(corpus(f"topo/{name}")).gpus == ("GPU0",)
+
+
+# --- nvlink -s: PCIe boards and MIG mode are verdicts, not unknowns ------------------------------
+
+
+def test_nvlink_pcie_board_says_no_nvlink_and_passes_where_pcie_is_expected():
+    text = corpus("nvlink/exporter_linux_l40s_595.80.txt")  # "Device does not have or support Nvlink"
+    [gpu] = parse_nvlink(text)
+    assert gpu.state == "unsupported" and gpu.links == {}
+    [r] = NvlinkCheck().run_on_output("g6e", text, G6E)
+    assert r.level is Level.PASS
+    # the same board where NVSwitch was expected: the wrong hardware, an error
+    [wrong] = NvlinkCheck().run_on_output("p5", text, dataclasses.replace(P5, gpus_per_node=1))
+    assert wrong.level is Level.ERROR and "no NVLink" in wrong.message
+
+
+def test_nvlink_mig_mode_is_a_warning_on_nvswitch_and_a_pass_on_pcie():
+    text = corpus("nvlink/exporter_linux_h100-mig_590.48.01.txt")
+    [gpu] = parse_nvlink(text)
+    assert gpu.state == "mig"
+    [r] = NvlinkCheck().run_on_output("p5", text, dataclasses.replace(P5, gpus_per_node=1))
+    assert r.level is Level.WARNING and "MIG" in r.message
+    assert NvlinkCheck().run_on_output("x", text, G6E)[0].level is Level.PASS
+
+
+def test_nvlink_all_links_inactive_in_the_595_spelling():
+    text = corpus("nvlink/exporter_linux_rtx-2080-super_595.71.05.txt")  # "...all links are inActive"
+    [gpu] = parse_nvlink(text)
+    assert gpu.all_inactive
+    assert NvlinkCheck().run_on_output("g4dn", text, G4DN)[0].level is Level.PASS
+    [r] = NvlinkCheck().run_on_output("p4de", text, dataclasses.replace(P4DE, gpus_per_node=1))
+    assert r.level is Level.ERROR and "all links inactive" in r.message
+
+
+# --- nccl-tests: #wrong in e-notation, runs that die mid-table -----------------------------------
+
+
+def test_nccl_wrong_count_in_e_notation_is_an_error():
+    # nccl-tests prints #wrong with "%6g" (src/util.cu writeBenchmarkLineBody, NVIDIA/nccl-tests
+    # a0b82b2260cf5152b9f8c061bbf7eaf0ba096432), so 1048576 wrong elements print as 1.04858e+06.
+    # DERIVED: F1's 1 MiB row with its in-place #wrong replaced by what %6g prints for 2^20.
+    lines = fixture("nccl_f1_p4de_2node_srun.txt").splitlines()
+    row = next(i for i, ln in enumerate(lines) if ln.split()[1:2] == ["1048576"])
+    lines[row] = lines[row][: lines[row].rstrip().rfind(" ")] + " 1.04858e+06"
+    run = parse_nccl("\n".join(lines) + "\n")
+    assert run.rows[row - 2].ip_wrong == 1048580  # %g keeps six digits: a count, rounded
+    assert by_check(evaluate_nccl(("n1",), run, P4DE))["nccl.run"].level is Level.ERROR
+
+
+def test_nccl_run_dying_mid_table_is_an_error_not_unknown():
+    text = corpus("nccl/nccl-tests-355_h800_2node_cuda_failure.txt")
+    [run_result, *_] = NcclLocalCheck().run_on_output("n1", text, P5)
+    assert run_result.check == "nccl.run" and run_result.level is Level.ERROR
+    assert "Test CUDA failure common.cu:389" in run_result.message
+
+
+def test_nccl_run_dying_before_the_table_is_an_error():
+    text = corpus("nccl/nccl-tests-338_h20_fabricmanager_cuda_failure.txt")
+    results = by_check(NcclLocalCheck().run_on_output("n1", text, P5))
+    assert results["nccl.run"].level is Level.ERROR and "system not yet initialized" in results["nccl.run"].message
+
+
+# --- Xid: MIG attribution and Xid 95 ------------------------------------------------------------
+
+# The driver's own examples of its Xid lines (NVIDIA/open-gpu-kernel-modules
+# src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c, _gpuGenerateErrorLog_GA100 comment),
+# as they reach the kernel log after the "NVRM: " prefix.
+XID_MIG_94 = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No"
+XID_95 = "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2,0x1). RST: Yes, D-RST: No"
+
+
+def xid_scan(*lines: str) -> str:
+    return f"{XID_MARK} source=journalctl\n" + "".join(f"{ln}\n" for ln in lines) + f"{XID_MARK} end\n"
+
+
+def test_xid_from_a_mig_instance_is_read_with_its_instance():
+    scan = XidScanCheck().parse(xid_scan(XID_MIG_94))
+    [event] = scan.events
+    assert (event.pci, event.code, event.mig) == ("PCI:0000:01:00", 94, "GPU-I:05")
+    [r] = XidScanCheck().run_on_output("n1", xid_scan(XID_MIG_94), P4DE)
+    assert r.level is Level.WARNING  # contained: the application died, the GPU is fine
+
+
+def test_xid_95_uncontained_ecc_is_fatal():
+    [r] = XidScanCheck().run_on_output("n1", xid_scan(XID_MIG_94, XID_95), P4DE)
+    assert r.level is Level.ERROR and "95" in r.message
+
+
+# --- iperf3 3.7-3.10: --bidir JSON with duplicate keys -------------------------------------------
+
+
+def test_iperf_bidir_duplicate_keys_keep_both_directions():
+    text = corpus("iperf3/iperf3-3.9_bidir_loopback.json")
+    assert text.count('"sum_received":') == 2  # the old versions' duplicate keys (esnet/iperf#952)
+    m = iperf.parse(text)
+    doc_pairs: list[list[tuple[str, object]]] = []
+
+    def keep(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        doc_pairs.append(pairs)
+        return dict(pairs)
+
+    json.loads(text, object_pairs_hook=keep)
+    end = next(p for p in doc_pairs if [k for k, _ in p].count("sum_received") == 2)
+    fwd, rev = (v for k, v in end if k == "sum_received")
+    assert m.forward_bps == fwd["bits_per_second"] and m.reverse_bps == rev["bits_per_second"]  # type: ignore[index]
+    assert m.version is not None and m.version.startswith("iperf 3.9")
