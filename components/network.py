@@ -11,6 +11,7 @@ import pulumi_aws as aws
 # What bootstrap needs from the internet: package repositories, NVIDIA's CUDA repo, NGC (HTTPS),
 # and plain HTTP for Ubuntu mirrors. Everything else leaves only towards the security group itself.
 EGRESS_PORTS = (80, 443)
+GATEWAY_SERVICES = ("s3", "s3express")
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,10 @@ class GpuNetwork(pulumi.ComponentResource):
             self.availability_zone = subnet.apply(lambda s: _require_az(s, args.az_id))
             self.vpc_id = pulumi.Output.from_input(args.existing_vpc_id)
             self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
-            route_table_ids = [
-                aws.ec2.get_route_table_output(subnet_id=args.existing_subnet_id, opts=pulumi.InvokeOptions(parent=self)).id
-            ]
+            existing_rt = existing_route_table(args.existing_vpc_id, args.existing_subnet_id, self)
+            route_table_ids: list[pulumi.Input[str]] = [existing_rt]
         else:
+            existing_rt = ""
             vpc = aws.ec2.Vpc(
                 f"{name}-vpc",
                 cidr_block=args.vpc_cidr,
@@ -83,7 +84,11 @@ class GpuNetwork(pulumi.ComponentResource):
             self.availability_zone = subnet_res.availability_zone
             route_table_ids = [rt.id]
 
-        for service in ("s3", "s3express"):
+        for service in GATEWAY_SERVICES:
+            if args.existing_vpc_id and route_table_has_endpoint(
+                args.existing_vpc_id, existing_rt, args.region, service, self
+            ):
+                continue  # the VPC's owner already routes this table to the service: a second one is refused
             aws.ec2.VpcEndpoint(
                 f"{name}-{service}-endpoint",
                 vpc_id=self.vpc_id,
@@ -157,3 +162,45 @@ def _require_az(subnet: aws.ec2.GetSubnetResult, az_id: str) -> str:
             "use a subnet in that AZ ID or change azId"
         )
     return subnet.availability_zone
+
+
+def existing_route_table(vpc_id: str, subnet_id: str, parent: pulumi.Resource) -> str:
+    """The route table that governs `subnet_id`: its explicitly associated table, else the VPC's
+    main table.
+
+    Not `get_route_table(subnet_id=...)`: that filters on `association.subnet-id`, which matches
+    only explicit associations, so for a subnet left on the main route table it fails with "query
+    returned no results" (terraform-provider-aws internal/service/ec2/vpc_route_table_data_source.go
+    @08923b68, dataSourceRouteTableRead). The plural data source returns an empty list instead
+    (vpc_route_tables_data_source.go @0a7150e2), which lets the fallback run. Plain (not _output)
+    invokes: the subnet id is config, and which resources exist depends on the answer.
+    """
+    opts = pulumi.InvokeOptions(parent=parent)
+    explicit = aws.ec2.get_route_tables(
+        vpc_id=vpc_id, filters=[aws.ec2.GetRouteTablesFilterArgs(name="association.subnet-id", values=[subnet_id])],
+        opts=opts,
+    ).ids
+    if explicit:
+        return explicit[0]
+    main = aws.ec2.get_route_tables(
+        vpc_id=vpc_id, filters=[aws.ec2.GetRouteTablesFilterArgs(name="association.main", values=["true"])], opts=opts
+    ).ids
+    if len(main) != 1:
+        raise pulumi.RunError(f"gpuforge:vpcId {vpc_id}: expected one main route table, found {len(main)}")
+    return main[0]
+
+
+def route_table_has_endpoint(vpc_id: str, route_table_id: str, region: str, service: str, parent: pulumi.Resource) -> bool:
+    """Whether `route_table_id` already sends `service` through a gateway endpoint (a route to the
+    service's AWS-managed prefix list). EC2 refuses a second endpoint route for the same prefix list
+    in one table (RouteAlreadyExists), so an existing VPC's endpoint is used, not duplicated."""
+    opts = pulumi.InvokeOptions(parent=parent)
+    prefix_list = aws.ec2.get_prefix_list(name=f"com.amazonaws.{region}.{service}", opts=opts).id
+    return bool(aws.ec2.get_route_tables(
+        vpc_id=vpc_id,
+        filters=[
+            aws.ec2.GetRouteTablesFilterArgs(name="route-table-id", values=[route_table_id]),
+            aws.ec2.GetRouteTablesFilterArgs(name="route.destination-prefix-list-id", values=[prefix_list]),
+        ],
+        opts=opts,
+    ).ids)

@@ -21,17 +21,34 @@ MOCK_AMI = "ami-0000000000offline"
 
 
 @dataclass(frozen=True)
+class ExistingVpc:
+    """What an existing VPC (gpuforge:vpcId) holds, for the EC2 lookups the program makes.
+
+    The default is the common case that broke the old lookup: the subnet has no explicit route
+    table association (it follows the VPC's main table) and no gateway endpoint exists yet."""
+
+    main_route_table: str = "rtb-main-offline"
+    subnet_route_table: str | None = None  # an explicit association of the stack's subnet
+    endpoint_routes: tuple[tuple[str, str], ...] = ()  # (route table, service) already routed
+
+
+@dataclass(frozen=True)
 class MockHints:
     region: str
     az_id: str
     subnet_cidr: str
     public_ips: bool = False
+    existing_vpc: ExistingVpc = ExistingVpc()
 
 
 def az_name_for(region: str, az_id: str) -> str:
     """A stand-in AZ name: use1-az4 -> us-east-1d. Real accounts map IDs to names differently."""
     number = int(az_id.rsplit("az", 1)[1])
     return f"{region}{'abcdefghij'[(number - 1) % 10]}"
+
+
+def _prefix_list(name: str) -> str:
+    return f"pl-{_digest(name):08x}"
 
 
 def _digest(name: str) -> int:
@@ -115,5 +132,51 @@ class OfflineMocks(pulumi.runtime.Mocks):
                 "cidrBlock": self.hints.subnet_cidr,
             }
         if token == "aws:ec2/getRouteTable:getRouteTable":
-            return {"id": "rtb-offline", "routeTableId": "rtb-offline"}
+            return self._route_table(args.args)
+        if token == "aws:ec2/getRouteTables:getRouteTables":
+            return {"id": self.hints.region, "ids": self._route_tables(args.args.get("filters") or [])}
+        if token == "aws:ec2/getPrefixList:getPrefixList":
+            name = str(args.args.get("name", ""))
+            return {"id": _prefix_list(name), "prefixListId": _prefix_list(name), "name": name}
         return {}
+
+    # The EC2 DescribeRouteTables filters the program uses, with EC2's meaning: association.*
+    # match explicit associations only (the main table's implicit ones are not associations of
+    # the subnet), route.destination-prefix-list-id matches gateway-endpoint routes.
+    def _tables(self) -> dict[str, dict[str, Any]]:
+        vpc = self.hints.existing_vpc
+        tables: dict[str, dict[str, Any]] = {vpc.main_route_table: {"main": True, "subnets": set(), "pls": set()}}
+        if vpc.subnet_route_table:
+            tables[vpc.subnet_route_table] = {"main": False, "subnets": {"*"}, "pls": set()}
+        for table, service in vpc.endpoint_routes:
+            tables[table]["pls"].add(_prefix_list(f"com.amazonaws.{self.hints.region}.{service}"))
+        return tables
+
+    def _route_tables(self, filters: list[dict[str, Any]]) -> list[str]:
+        out = []
+        for rid, t in self._tables().items():
+            ok = True
+            for f in filters:
+                name, values = f["name"], set(f["values"])
+                if name == "association.subnet-id":
+                    ok &= bool(t["subnets"]) and (t["subnets"] == {"*"} or bool(t["subnets"] & values))
+                elif name == "association.main":
+                    ok &= str(t["main"]).lower() in values
+                elif name == "route-table-id":
+                    ok &= rid in values
+                elif name == "route.destination-prefix-list-id":
+                    ok &= bool(t["pls"] & values)
+                else:
+                    raise ValueError(f"offline mock: route-table filter {name!r} is not modelled")
+            if ok:
+                out.append(rid)
+        return out
+
+    def _route_table(self, args: dict[str, Any]) -> dict[str, Any]:
+        # terraform-provider-aws vpc_route_table_data_source.go: subnet_id is the
+        # association.subnet-id filter; no match is an error, not an empty answer.
+        filters = [{"name": "association.subnet-id", "values": [args["subnetId"]]}] if "subnetId" in args else []
+        found = self._route_tables(filters)
+        if len(found) != 1:
+            raise Exception("query returned no results. Please change your search criteria and try again")
+        return {"id": found[0], "routeTableId": found[0]}
