@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from bootstrap.mirror import Mirror
 from bootstrap.versions import CudaForOs, Versions
 from common.errors import GpuforgeError
 from components.catalog import load_catalog
@@ -66,6 +67,7 @@ class NodePlan:
     checkpoint_images: tuple[str, ...]  # pulled at bootstrap, so the checkpoint downloads nothing
     cloudwatch_agent: str | None  # the agent's JSON config (feeds the idle-GPU alarm); None: no agent
     phases: tuple[Phase, ...]
+    mirror: Mirror = field(default_factory=Mirror)  # where downloads come from (gpuforge:mirror); empty: the vendors
 
     @property
     def efa(self) -> bool:
@@ -208,6 +210,7 @@ def plan_node(
         checkpoint_images=tuple(checkpoint_images),
         cloudwatch_agent=agent_json,
         phases=tuple(phases),
+        mirror=cfg.mirror,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from bootstrap.mirror import APT_ARCHIVE, Mirror
 from bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
 from bootstrap.versions import Versions, load_versions
 from components.config import StackConfig
@@ -60,6 +61,12 @@ def _env() -> jinja2.Environment:
     )
     env.filters["shq"] = lambda value: shlex.quote(str(value))
     return env
+
+
+def _mirror_filters(env: jinja2.Environment, mirror: Mirror) -> None:
+    """`url | mirror`: where the node downloads it; `image | mirror_image`: the mirror's copy or ''."""
+    env.filters["mirror"] = mirror.url
+    env.filters["mirror_image"] = lambda ref: mirror.image(ref) or ""
 
 
 def render_user_data(
@@ -122,6 +129,7 @@ def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
 
 def _render_files(plan: NodePlan, v: Versions) -> dict[str, str]:
     env = _env()
+    _mirror_filters(env, plan.mirror)
     ctx = _context(plan, v)
     files = {
         "opt/gpuforge/lib.sh": env.get_template("lib.sh.j2").render(ctx),
@@ -167,6 +175,13 @@ def _cloud_config(plan: NodePlan, files: dict[str, str]) -> str:
         ],
         "runcmd": [["/opt/gpuforge/bin/gpuforge-bootstrap"]],
     }
+    if archive := plan.mirror.get(APT_ARCHIVE):
+        # cloud-init's apt module rewrites the AMI's sources before runcmd, so every apt call
+        # of every phase (and of the EFA installer) goes to the mirror.
+        doc["apt"] = {
+            "primary": [{"arches": ["default"], "uri": archive}],
+            "security": [{"arches": ["default"], "uri": archive}],
+        }
     header = (
         "#cloud-config\n"
         f"# gpuforge bootstrap: stack {plan.stack}, profile {plan.profile}, "

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bootstrap.mirror import Mirror, MirrorError, parse_mirror
 from common.errors import ConfigError
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 from components.fleet import FleetConfig, check_gpu_quota, parse_fleet
@@ -81,10 +82,12 @@ class RawStackConfig(BaseModel):
     inferencePort: int = Field(default=8000, ge=1, le=65535)
     inferenceMaxBatchSize: int = Field(default=32, ge=1, le=4096)
     inferenceMaxBatchDelayMs: int = Field(default=10, ge=0, le=10000)
+    # Package mirror for the node bootstrap: NAME=LOCATION entries (bootstrap/mirror.py).
+    mirror: tuple[str, ...] = ()
 
 
 CONFIG_KEYS = tuple(RawStackConfig.model_fields)
-_LIST_KEYS = {"sshCidrs", "budgetEmails", "eksPublicAccessCidrs", "kubernetesTeams"}
+_LIST_KEYS = {"sshCidrs", "budgetEmails", "eksPublicAccessCidrs", "kubernetesTeams", "mirror"}
 
 
 class StackConfig(BaseModel):
@@ -118,6 +121,7 @@ class StackConfig(BaseModel):
     ngc_api_key_parameter: str | None
     fleet: FleetConfig = FleetConfig()
     kubernetes: KubernetesSettings | None = None
+    mirror: Mirror = Mirror()
 
     @property
     def tags(self) -> dict[str, str]:
@@ -265,7 +269,15 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         kubernetes=kubernetes_settings(
             parsed, profile, instance, catalog.gpu(instance), node_count, reg.az_ids
         ),
+        mirror=_mirror(parsed.mirror),
     )
+
+
+def _mirror(items: tuple[str, ...]) -> Mirror:
+    try:
+        return parse_mirror(items)
+    except MirrorError as exc:
+        raise ConfigError(f"{PROJECT}:mirror", exc.args[0], exc.args[1]) from None
 
 
 def _fleet(parsed: RawStackConfig, instance: InstanceType, region: str, catalog: Catalog, node_count: int) -> FleetConfig:

@@ -40,6 +40,8 @@ class PreviewResult:
             ],
             "outputs": _redact(self.run.outputs),
             "cost": self.cost.to_dict(),
+            # where the nodes' bootstrap downloads from (gpuforge:mirror; empty: the vendors' sites)
+            "bootstrap": {"mirror": self.config.mirror.to_dict()},
             "policies": {
                 "checked": self.policies_checked,
                 "violations": [v.to_dict() for v in self.violations],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -86,6 +87,7 @@ def _print_table(result: PreviewResult) -> None:
         for node in inventory.get("nodes", []):
             inv.add_row(*(str(node.get(c) or "-") for c in ("name", "instance_type", "az_id", "private_ip", "public_ip")))
         console.print(inv)
+    _print_mirror(console, result)
 
     cost = result.cost.to_dict()
     ct = Table(title="cost estimate (USD, from the catalog)")
@@ -107,6 +109,21 @@ def _print_table(result: PreviewResult) -> None:
         console.print(f"[dim]- {note}[/]")
     for note in cfg.profile.shape.notes:
         console.print(f"[yellow]note:[/] {note}")
+
+
+def _print_mirror(console: Any, result: PreviewResult) -> None:
+    from rich.table import Table
+
+    mirror = result.config.mirror.to_dict()
+    if not mirror:
+        console.print("bootstrap downloads from the vendors' sites (no gpuforge:mirror)")
+        return
+    table = Table(title="bootstrap mirror (gpuforge:mirror): pins and digests unchanged")
+    table.add_column("upstream")
+    table.add_column("installs from")
+    for name, where in mirror.items():
+        table.add_row(name, where)
+    console.print(table)
 
 
 def _money(value: float | None) -> str:

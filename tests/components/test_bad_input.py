@@ -3,6 +3,8 @@ and no resource declared (validation runs before the program)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -79,3 +81,24 @@ def test_pulumi_yaml_declares_every_config_key():
 
     declared = set(yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"])
     assert declared == set(CONFIG_KEYS)
+
+
+def test_mirror_shows_in_the_preview(project, capsys):
+    """gpuforge:mirror through the stack file, the CLI and the program: JSON lists it, the table says so."""
+    proj = project("t", base_config(mirror=["efa-installer=http://mirror.internal/efa", "nvcr.io=registry.internal/nvcr"]))
+    args = ["preview", "--stack", "t", "--project-dir", str(proj), "--format", "json", "--no-policies"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert json.loads(out)["bootstrap"] == {
+        "mirror": {"efa-installer": "http://mirror.internal/efa/", "nvcr.io": "registry.internal/nvcr"}
+    }
+    code, out, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj), "--no-policies"], capsys)
+    assert code == 0, err
+    assert "bootstrap mirror" in out and "http://mirror.internal/efa/" in out
+
+
+def test_bad_mirror_entry_is_one_error_line(project, capsys):
+    proj = project("t", base_config(mirror=["efa=http://mirror.internal/efa"]))
+    code, out, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj)], capsys)
+    assert code == 2 and not out
+    assert err.startswith("error: gpuforge:mirror: unknown upstream 'efa'") and "Traceback" not in err
