@@ -17,6 +17,10 @@ import pulumi_aws as aws
 
 from components.fleet import Autoscaling, FleetConfig, guardrails
 
+# Every member gets the one Name tag above; this tag tells the node's bootstrap (phases/base.sh.j2)
+# and `gpuforge validate --discover` (validate/discover.py) to append the instance id, so hostnames,
+# MPI hostfiles and validate's node names are unique and agree.
+NAME_SUFFIX_TAG = "gpuforge-name-suffix"
 QUEUE_PERIOD_S = 60  # the publisher's interval; one period over threshold is enough to add a node
 
 
@@ -52,7 +56,7 @@ class NodeGroup(pulumi.ComponentResource):
             mixed_instances_policy=_spot_policy(fleet, args.launch_template_id) if spot else None,
             tags=[
                 aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
-                for k, v in sorted({**args.tags, "Name": f"{args.stack}-node"}.items())
+                for k, v in sorted({**args.tags, "Name": f"{args.stack}-node", NAME_SUFFIX_TAG: "instance-id"}.items())
             ],
             opts=child,
         )

@@ -20,6 +20,7 @@ from common.errors import InputError
 from validate.inventory import Inventory
 
 PROJECT = "gpuforge"  # the `project` tag value (components/config.py PROJECT); a literal: no pulumi import
+NAME_SUFFIX_TAG = "gpuforge-name-suffix"  # components/autoscaling.py NAME_SUFFIX_TAG (test_hostnames.py)
 # EKS stacks' system node group (components/kubernetes/eks.py SYSTEM_ROLE_TAG) carries the stack's
 # tags too; its nodes have no GPU and nothing of gpuforge's to validate, so they are left out.
 ROLE_TAG, SYSTEM_ROLE = "gpuforge-node-role", "system"
@@ -92,8 +93,12 @@ def nodes_from_instances(instances: list[dict[str, Any]], zone_ids: dict[str, st
     nodes = []
     for inst in instances:
         iid = inst["InstanceId"]
-        tag_name = _tags(inst).get("Name") or iid
-        name = tag_name if names[tag_name] == 1 else f"{tag_name}-{iid}"
+        tags = _tags(inst)
+        tag_name = tags.get("Name") or iid
+        # gpuforge's Auto Scaling nodes name their host Name-<instance id> (bootstrap base phase):
+        # use that name even when only one of them runs, so validate's names match the hosts'.
+        suffixed = tags.get(NAME_SUFFIX_TAG) == "instance-id" and "Name" in tags
+        name = tag_name if names[tag_name] == 1 and not suffixed else f"{tag_name}-{iid}"
         public, private = inst.get("PublicIpAddress"), inst.get("PrivateIpAddress")
         host = public or private
         if not host:

@@ -154,6 +154,16 @@ def test_launch_template_node_takes_its_name_from_the_tag(stack_cfg: dict[str, S
     assert "127.0.1.1 nlp-inference-node02" in (sb.root / "etc/hosts").read_text()
 
 
+def test_auto_scaling_node_appends_its_instance_id(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    """Auto Scaling nodes share one Name tag (components/autoscaling.py): hostnames must differ."""
+    sb = Sandbox(tmp_path, stack_cfg["cv-training"], None, env_overrides={
+        "FAKE_NAME_TAG": "cv-training-node", "FAKE_NAME_SUFFIX": "instance-id", "FAKE_INSTANCE_ID": "i-0abc1234def567890",
+    })
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    assert (sb.state / "hostname").read_text().strip() == "cv-training-node-i-0abc1234def567890"
+    assert sb.status()["node"] == "cv-training-node-i-0abc1234def567890"
+
+
 def test_data_volume_with_a_filesystem_is_kept(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
     sb = Sandbox(tmp_path, stack_cfg["risk-sim"], "n1")
     # The st1 volume already carries a filesystem (a replaced node re-attaching its data).

@@ -91,6 +91,15 @@ def test_pagination_and_shared_name_tags(aws_env: str, image_id: str) -> None:
     assert sorted(n.name for n in inv.nodes if n.name.startswith("asg-member")) == sorted(f"asg-member-{i}" for i in ids[:7])
 
 
+def test_single_auto_scaling_node_is_named_as_its_host(aws_env: str, image_id: str) -> None:
+    """A gpuforge Auto Scaling node names its host Name-<instance id> (bootstrap base phase), even
+    when it is the group's only member: discover must use the same name."""
+    (iid,) = launch(image_id, 1, {**TAGS, "Name": "cv-training-node", "gpuforge-name-suffix": "instance-id"})
+    (plain,) = launch(image_id, 1, {**TAGS, "Name": "cv-training-node01"})
+    names = {n.extras()["instance_id"]: n.name for n in discover_inventory("cv-training").nodes}
+    assert names == {iid: f"cv-training-node-{iid}", plain: "cv-training-node01"}
+
+
 def test_cli_no_running_instances_is_exit_2(aws_env: str, image_id: str, capsys: pytest.CaptureFixture[str]) -> None:
     stopped = launch(image_id, 2, TAGS)
     boto3.client("ec2").stop_instances(InstanceIds=stopped)

@@ -12,6 +12,11 @@ systemctl is-active chrony >/dev/null 2>&1 || { systemctl start chrony; changed 
 
 # Generic launch-template node: the inventory name is the instance's Name tag (IMDS tags are on).
 name=$(imds meta-data/tags/instance/Name) || die "no Name tag in instance metadata (is instance_metadata_tags enabled?)"
+# Auto Scaling nodes share one Name tag; the group tags them gpuforge-name-suffix=instance-id, and
+# the node appends its instance id (validate/discover.py names it the same way).
+if [ "$(imds meta-data/tags/instance/gpuforge-name-suffix 2>/dev/null || true)" = instance-id ]; then
+  name="$name-$(imds meta-data/instance-id)" || die "no instance id in instance metadata"
+fi
 [[ $name =~ ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ ]] || die "node name '$name' is not a valid hostname"
 if [ "$(cat "$R/etc/hostname" 2>/dev/null)" != "$name" ]; then
   hostnamectl set-hostname "$name"
