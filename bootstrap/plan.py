@@ -13,6 +13,8 @@ from typing import Any
 
 from bootstrap.mirror import Mirror
 from bootstrap.versions import CudaForOs, Versions
+from bootstrap.slurm import SlurmLayout, layout_for
+from bootstrap.versions import CudaForOs, SlurmForOs, Versions
 from common.errors import GpuforgeError
 from components.catalog import load_catalog
 from components.config import StackConfig
@@ -68,6 +70,11 @@ class NodePlan:
     cloudwatch_agent: str | None  # the agent's JSON config (feeds the idle-GPU alarm); None: no agent
     phases: tuple[Phase, ...]
     mirror: Mirror = field(default_factory=Mirror)  # where downloads come from (gpuforge:mirror); empty: the vendors
+    # gpuforge:scheduler slurm: the cluster's Slurm files, the pinned Slurm, the SSM parameters.
+    slurm: SlurmLayout | None = None
+    slurm_version: SlurmForOs | None = None
+    munge_parameter: str | None = None
+    hosts_parameter: str | None = None
 
     @property
     def efa(self) -> bool:
@@ -182,6 +189,13 @@ def plan_node(
     if checkpoint_command:
         pre = f"; pre-pulls {', '.join(checkpoint_images)}" if checkpoint_images else ""
         phases.append(Phase("spot-watcher", f"spot interruption watcher that runs the checkpoint command{pre}"))
+    slurm = None
+    if cfg.slurm is not None:
+        sv = v.slurm.for_os(cfg.os)
+        slurm = layout_for(cfg.slurm, "nvml" if sv.nvml_plugin else "files")
+        where = f"cluster {cfg.slurm.cluster_name}, head {cfg.slurm.head_name}"
+        phases.append(Phase("slurm", f"munge and slurmd {sv.version} ({where})"))
+        phases.append(Phase("pyxis", f"Enroot {v.enroot.version} and Pyxis {v.pyxis.version}: NGC images under srun"))
     phases.append(Phase("self-check", "GPU count and model, driver/fabric manager versions, EFA provider"))
 
     return NodePlan(
@@ -211,6 +225,10 @@ def plan_node(
         cloudwatch_agent=agent_json,
         phases=tuple(phases),
         mirror=cfg.mirror,
+        slurm=slurm,
+        slurm_version=v.slurm.for_os(cfg.os) if slurm else None,
+        munge_parameter=cfg.slurm.munge_parameter if cfg.slurm else None,
+        hosts_parameter=cfg.slurm.hosts_parameter if cfg.slurm else None,
     )
 
 

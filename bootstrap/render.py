@@ -21,6 +21,7 @@ import yaml
 
 from bootstrap.mirror import APT_ARCHIVE, Mirror
 from bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
+from bootstrap.slurm import render_slurm
 from bootstrap.versions import Versions, load_versions
 from components.config import StackConfig
 
@@ -124,6 +125,7 @@ def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
         "agent_config_file": f"/{AGENT_CONFIG_FILE}",
         "v": v,
         "expected": plan.expected(v),
+        "slurm_daemon": "slurmd",
     }
 
 
@@ -143,6 +145,9 @@ def _render_files(plan: NodePlan, v: Versions) -> dict[str, str]:
         files[f"opt/gpuforge/phases/{phase.name}.sh"] = env.get_template(f"phases/{phase.name}.sh.j2").render(
             ctx, phase=phase
         )
+    if plan.slurm is not None:
+        files.update(render_slurm(plan.slurm))
+        files["opt/gpuforge/bin/gpuforge-health-check"] = env.get_template("gpuforge-health-check.j2").render(ctx)
     if plan.checkpoint_command:
         files["opt/gpuforge/bin/gpuforge-spot-watcher"] = env.get_template("spot-watcher.j2").render(ctx)
         files["etc/systemd/system/gpuforge-spot-watcher.service"] = env.get_template(

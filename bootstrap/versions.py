@@ -102,6 +102,23 @@ class NgcImage(_Pin):
     note: str
 
 
+class SlurmForOs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    version: str = Field(pattern=r"^\d{2}\.\d{2}\.\d+$")  # upstream version; apt pins `<version>-*`
+    nvml_plugin: bool  # the archive has slurm-wlm-nvml-plugin (gpu_nvml.so): gres.conf AutoDetect=nvml
+
+
+class Slurm(_Pin):
+    """Slurm and munge from the Ubuntu archive, per base image."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    ubuntu_2204: SlurmForOs = Field(alias="ubuntu-22.04")
+    ubuntu_2404: SlurmForOs = Field(alias="ubuntu-24.04")
+
+    def for_os(self, os_name: str) -> SlurmForOs:
+        return {"ubuntu-22.04": self.ubuntu_2204, "ubuntu-24.04": self.ubuntu_2404}[os_name]
+
+
 class Versions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     schema_: int = Field(alias="schema")
@@ -115,6 +132,10 @@ class Versions(BaseModel):
     dcgm: Dcgm
     cloudwatch_agent: CloudWatchAgent
     aws_cli_image: Image
+    slurm: Slurm
+    enroot: Download
+    enroot_caps: Download
+    pyxis: Download
     ngc_images: dict[str, NgcImage]
     nvidia_smi_names: dict[str, str]
     nvidia_smi_names_source: str

@@ -11,7 +11,7 @@ import pulumi_aws as aws
 
 from components.ami import lookup_ami
 from components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
-from components.config import StackConfig
+from components.config import StackConfig, node_names
 from components.network import GpuNetwork, NetworkArgs
 from components.operations import declare_operations, on_eks
 from components.purchase import capacity_reservation, market_options
@@ -22,12 +22,6 @@ from components.userdata import metric_namespace, stack_user_data
 @dataclass(frozen=True)
 class GpuClusterArgs:
     config: StackConfig
-
-
-def node_names(stack: str, count: int) -> tuple[str, ...]:
-    # Zero-padded so names sort and fold (ClusterShell: cv-training-node[01-08]).
-    width = max(2, len(str(count)))
-    return tuple(f"{stack}-node{i + 1:0{width}d}" for i in range(count))
 
 
 class GpuCluster(pulumi.ComponentResource):

@@ -21,6 +21,7 @@ from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 from components.fleet import FleetConfig, check_gpu_quota, parse_fleet
 from components.kubernetes.settings import KubernetesSettings, kubernetes_settings
 from components.profiles import Profile, UnknownProfileError, load_profile, profile_names
+from components.scheduler import SlurmSettings, slurm_settings
 
 PROJECT = "gpuforge"
 MAX_NODES = 256  # one cluster placement group; larger fleets are split into several stacks
@@ -84,6 +85,8 @@ class RawStackConfig(BaseModel):
     inferenceMaxBatchDelayMs: int = Field(default=10, ge=0, le=10000)
     # Package mirror for the node bootstrap: NAME=LOCATION entries (bootstrap/mirror.py).
     mirror: tuple[str, ...] = ()
+    # Scheduler layer (components/scheduler.py validates and resolves it).
+    scheduler: Literal["none", "slurm"] = "none"
 
 
 CONFIG_KEYS = tuple(RawStackConfig.model_fields)
@@ -122,6 +125,7 @@ class StackConfig(BaseModel):
     fleet: FleetConfig = FleetConfig()
     kubernetes: KubernetesSettings | None = None
     mirror: Mirror = Mirror()
+    slurm: SlurmSettings | None = None
 
     @property
     def tags(self) -> dict[str, str]:
@@ -270,6 +274,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
             parsed, profile, instance, catalog.gpu(instance), node_count, reg.az_ids
         ),
         mirror=_mirror(parsed.mirror),
+        slurm=slurm_settings(parsed, stack, profile, instance, catalog.gpu(instance), node_names(stack, node_count)),
     )
 
 
@@ -278,6 +283,13 @@ def _mirror(items: tuple[str, ...]) -> Mirror:
         return parse_mirror(items)
     except MirrorError as exc:
         raise ConfigError(f"{PROJECT}:mirror", exc.args[0], exc.args[1]) from None
+
+
+def node_names(stack: str, count: int) -> tuple[str, ...]:
+    """The GPU nodes' names: Name tag, hostname, inventory name and Slurm NodeName alike.
+    Zero-padded so names sort and fold (ClusterShell and Slurm hostlists: cv-training-node[01-08])."""
+    width = max(2, len(str(count)))
+    return tuple(f"{stack}-node{i + 1:0{width}d}" for i in range(count))
 
 
 def _fleet(parsed: RawStackConfig, instance: InstanceType, region: str, catalog: Catalog, node_count: int) -> FleetConfig:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from components.catalog import did_you_mean
 
@@ -75,6 +75,47 @@ class Sharing(_Frozen):
     mig_layout: tuple[str, ...] = ()
 
 
+class SlurmPartition(_Frozen):
+    """A partition over all of the stack's GPU nodes (one placement group, one node shape)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,30}$")
+    default: bool = False
+    max_time: str = Field(default="INFINITE", pattern=r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2})$")
+    exclusive: bool = True  # whole nodes per job: a training job wants every GPU and NVSwitch of a node
+
+
+_STATE = "(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE)"  # slurm.conf HealthCheckNodeState words
+
+
+class SlurmHealthCheck(_Frozen):
+    """slurm.conf HealthCheckInterval/HealthCheckNodeState and the drain bound of `gpuforge health-check`."""
+
+    interval_s: int = Field(default=300, ge=30, le=86400)
+    node_state: str = Field(default="ANY,CYCLE", pattern=rf"^{_STATE}(,{_STATE})*$")
+    # Never drain more than this share of the nodes for health-check reasons: past it, a broken
+    # check (a driver update that changes nvidia-smi's output, say) is likelier than broken nodes.
+    max_drained_percent: int = Field(default=25, ge=1, le=100)
+
+
+class SlurmProfile(_Frozen):
+    head_instance_type: str = "m7i.large"
+    partitions: tuple[SlurmPartition, ...] = Field(min_length=1)
+    health_check: SlurmHealthCheck = SlurmHealthCheck()
+
+    @field_validator("partitions")
+    @classmethod
+    def _one_default(cls, parts: tuple[SlurmPartition, ...]) -> tuple[SlurmPartition, ...]:
+        if sum(p.default for p in parts) != 1:
+            raise ValueError("exactly one partition must be the default")
+        if len({p.name for p in parts}) != len(parts):
+            raise ValueError("partition names must be distinct")
+        return parts
+
+
+class SchedulerProfile(_Frozen):
+    slurm: SlurmProfile | None = None
+
+
 class Profile(_Frozen):
     name: str
     summary: str
@@ -84,6 +125,7 @@ class Profile(_Frozen):
     storage: Storage
     bootstrap: BootstrapRecipe
     sharing: Sharing = Sharing()
+    scheduler: SchedulerProfile | None = None  # what `gpuforge:scheduler` builds for this profile
 
 
 class UnknownProfileError(KeyError):

@@ -1,0 +1,108 @@
+"""Slurm's configuration files for a stack: slurm.conf, gres.conf, topology.conf (and cgroup.conf
+where the cgroup plugins run), rendered from the catalog through components/scheduler.py.
+
+Every node of a cluster (head and GPU nodes) gets the same files. Pure: `SlurmLayout` in, text
+out, so the test bed renders the very templates a stack renders, with only its own paths, ports,
+CPU/memory figures and plugins changed (tests/slurm/slurmbed.py says which and why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import jinja2
+from ClusterShell.NodeSet import NodeSet
+
+from components.profiles import SlurmHealthCheck, SlurmPartition
+from components.scheduler import SlurmSettings
+
+CONF_DIR = "/etc/slurm"
+HEALTH_CHECK_PROGRAM = "/opt/gpuforge/bin/gpuforge-health-check"
+HEALTH_DRAIN_PREFIX = "gpuforge-health:"  # the reason prefix the health check drains with, and resumes only
+
+GresMode = Literal["nvml", "files", "count"]
+
+
+@dataclass(frozen=True)
+class SlurmPaths:
+    """Where the daemons keep state and logs, and how they reach each other. The defaults are
+    Debian/Ubuntu's packaged layout (slurm-wlm: /var/spool/slurmctld, /var/log/slurm)."""
+
+    slurm_user: str = "slurm"
+    slurmctld_port: int = 6817
+    slurmd_port: int = 6818
+    state_save: str = "/var/spool/slurmctld"
+    slurmd_spool: str = "/var/spool/slurmd"  # %n: one per node name, for several slurmd on one host
+    log_dir: str = "/var/log/slurm"
+    run_dir: str = "/run"
+    munge_socket: str | None = None  # None: munged's default socket
+    health_check_program: str = HEALTH_CHECK_PROGRAM
+
+
+@dataclass(frozen=True)
+class SlurmLayout:
+    cluster_name: str
+    controller: str  # SlurmctldHost name
+    controller_addr: str | None  # None: the name resolves (/etc/hosts written at boot)
+    node_names: tuple[str, ...]
+    cpus: int
+    real_memory_mb: int
+    gpu_type: str
+    gpus_per_node: int
+    gres_mode: GresMode  # nvml: AutoDetect=nvml; files: /dev/nvidiaN listed; count: no devices (test bed)
+    partitions: tuple[SlurmPartition, ...]
+    health_check: SlurmHealthCheck
+    switch_name: str
+    cgroup: bool = True  # proctrack/task cgroup plugins (+ cgroup.conf); off only where no cgroup is delegated
+    paths: SlurmPaths = field(default_factory=SlurmPaths)
+    node_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr per node, where names do not resolve
+
+    @property
+    def nodeset(self) -> str:
+        """The node names folded into a Slurm hostlist (cv-training-node[01-08])."""
+        return str(NodeSet.fromlist(self.node_names))
+
+
+def layout_for(settings: SlurmSettings, gres_mode: GresMode) -> SlurmLayout:
+    """The stack's layout: the head node is the controller, its name resolves through /etc/hosts."""
+    return SlurmLayout(
+        cluster_name=settings.cluster_name,
+        controller=settings.head_name,
+        controller_addr=None,
+        node_names=settings.node_names,
+        cpus=settings.cpus,
+        real_memory_mb=settings.real_memory_mb,
+        gpu_type=settings.gpu_type,
+        gpus_per_node=settings.gpus_per_node,
+        gres_mode=gres_mode,
+        partitions=settings.partitions,
+        health_check=settings.health_check,
+        switch_name=settings.switch_name,
+    )
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("bootstrap", "templates/slurm"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def render_slurm(layout: SlurmLayout, files: Sequence[str] | None = None) -> dict[str, str]:
+    """`etc/slurm/<file>` -> text, for every file the layout needs (or just `files`)."""
+    if not layout.node_names:
+        raise ValueError("a Slurm layout needs at least one node")
+    names = ["slurm.conf", "gres.conf", "topology.conf"] + (["cgroup.conf"] if layout.cgroup else [])
+    env = _env()
+    ctx = {"l": layout, "p": layout.paths, "nodeset": layout.nodeset}
+    return {
+        f"{CONF_DIR.lstrip('/')}/{name}": env.get_template(f"{name}.j2").render(ctx)
+        for name in names
+        if files is None or name in files
+    }

@@ -1,0 +1,91 @@
+"""slurm.conf / gres.conf / topology.conf as rendered for the reference stacks: golden files, and
+the GPU-node user data that carries them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bootstrap.render import EC2_USER_DATA_LIMIT, render_user_data
+from bootstrap.slurm import layout_for, render_slurm
+from tests.slurm.conftest import slurm_stack
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+CASES = {
+    # case -> (stack, os, nodeCount)
+    "cv-training-24.04": ("cv-training", "ubuntu-24.04", "4"),
+    "cv-training-22.04": ("cv-training", "ubuntu-22.04", "4"),
+    "risk-sim-22.04": ("risk-sim", "ubuntu-22.04", "2"),
+}
+
+
+def _files(case: str) -> dict[str, str]:
+    stack, os_name, count = CASES[case]
+    r = render_user_data(slurm_stack(stack, os=os_name, nodeCount=count), None)
+    return {k: v for k, v in r.files.items() if k.startswith("etc/slurm/")}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_slurm_files_match_golden(case: str, update_golden: bool) -> None:
+    files = _files(case)
+    root = GOLDEN / case
+    if update_golden:
+        shutil.rmtree(root, ignore_errors=True)
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+    on_disk = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    assert on_disk == set(files), f"{case}: file set changed; run pytest tests/slurm --update-golden"
+    for rel, text in files.items():
+        assert (root / rel).read_text() == text, f"{case}/{rel} differs; pytest tests/slurm --update-golden"
+
+
+def test_nvml_only_where_the_pinned_slurm_has_the_plugin() -> None:
+    assert "AutoDetect=nvml" in _files("cv-training-24.04")["etc/slurm/gres.conf"]
+    gres22 = _files("cv-training-22.04")["etc/slurm/gres.conf"]
+    assert "AutoDetect" not in gres22 and "File=/dev/nvidia[0-7]" in gres22
+
+
+def test_node_names_are_the_inventorys_and_the_placement_group_is_one_switch() -> None:
+    files = _files("cv-training-22.04")
+    conf = files["etc/slurm/slurm.conf"]
+    assert "NodeName=cv-training-node[01-04] CPUs=96 RealMemory=1120665 Gres=gpu:a100:8" in conf
+    assert "PartitionName=train Nodes=cv-training-node[01-04] Default=YES" in conf
+    assert "SlurmctldHost=cv-training-head\n" in conf
+    assert files["etc/slurm/topology.conf"].splitlines()[-1] == "SwitchName=cv-training-pg Nodes=cv-training-node[01-04]"
+
+
+def test_gpu_nodes_get_slurm_and_pyxis_phases_and_still_fit_ec2() -> None:
+    for stack, os_name, count in CASES.values():
+        r = render_user_data(slurm_stack(stack, os=os_name, nodeCount=count), None)
+        assert r.plan is not None
+        names = [p.name for p in r.plan.phases]
+        assert names.index("slurm") < names.index("pyxis") < names.index("self-check")
+        assert len(r.user_data) <= EC2_USER_DATA_LIMIT
+        # the munge key is read at boot: user data names its parameter and carries no key
+        assert r.plan.munge_parameter and r.plan.munge_parameter in r.files["opt/gpuforge/phases/slurm.sh"]
+
+
+def test_a_layout_without_nodes_is_refused() -> None:
+    s = slurm_stack("cv-training").slurm
+    assert s is not None
+    layout = layout_for(s, "count")
+    with pytest.raises(ValueError, match="at least one node"):
+        render_slurm(layout.__class__(**{**layout.__dict__, "node_names": ()}))
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (scripts/setup.sh adds it)")
+def test_slurm_phases_pass_shellcheck(tmp_path: Path) -> None:
+    r = render_user_data(slurm_stack("cv-training", os="ubuntu-24.04"), None)
+    for rel in ("opt/gpuforge/phases/slurm.sh", "opt/gpuforge/phases/pyxis.sh", "opt/gpuforge/bin/gpuforge-health-check"):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(r.files[rel])
+    (tmp_path / "opt/gpuforge/lib.sh").write_text(r.files["opt/gpuforge/lib.sh"])
+    for rel in ("opt/gpuforge/phases/slurm.sh", "opt/gpuforge/phases/pyxis.sh", "opt/gpuforge/bin/gpuforge-health-check"):
+        out = subprocess.run(["shellcheck", "-x", "-P", str(tmp_path / "opt/gpuforge/phases"), str(tmp_path / rel)],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 0, f"{rel}: {out.stdout}"
