@@ -34,6 +34,8 @@ URL_UPSTREAMS: Mapping[str, str] = {
     "aws-ofi-nccl": "https://github.com/aws/aws-ofi-nccl/releases/download/",
     "nccl-tests": "https://github.com/NVIDIA/nccl-tests/archive/",
     "cloudwatch-agent": "https://amazoncloudwatch-agent.s3.amazonaws.com/",
+    "enroot": "https://github.com/NVIDIA/enroot/releases/download/",  # gpuforge:scheduler slurm
+    "pyxis": "https://github.com/NVIDIA/pyxis/archive/",
 }
 # The Ubuntu archive is set through cloud-init's apt module (primary and security), which
 # rewrites the AMI's sources before any phase runs apt.
