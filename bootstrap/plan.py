@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bootstrap.mirror import Mirror
-from bootstrap.versions import CudaForOs, Versions
 from bootstrap.slurm import SlurmLayout, layout_for
 from bootstrap.versions import CudaForOs, SlurmForOs, Versions
 from common.errors import GpuforgeError
