@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bootstrap.mirror import Mirror, MirrorError, parse_mirror
 from common.errors import ConfigError
@@ -27,10 +27,34 @@ PROJECT = "gpuforge"
 MAX_NODES = 256  # one cluster placement group; larger fleets are split into several stacks
 
 
+# Keys whose Pulumi.yaml default is 0 and means "not set" (the profile's value, or no budget /
+# quota). The Pulumi CLI treats a declared key with no `default` as required (pulumi/pulumi
+# pkg/workspace/config.go mergeConfig), so optional keys need a default the program reads as
+# unset: "" for strings, 0 for these integers (none of them accepts 0 as a real value).
+ZERO_MEANS_UNSET = frozenset({"nodeCount", "rootVolumeGib", "budgetUsd", "gpuQuota"})
+
+
 class RawStackConfig(BaseModel):
     """The `gpuforge:*` keys, by their Pulumi names (camelCase). Mirrors Pulumi.yaml `config:`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unset_defaults(cls, data: Any) -> Any:
+        """Pulumi.yaml's "not set" defaults ("" and the 0s above) become None, as if absent."""
+        if not isinstance(data, dict):
+            return data
+        out = {}
+        for key, value in data.items():
+            field = cls.model_fields.get(key)
+            optional = field is not None and field.default is None
+            if optional and value == "":
+                continue
+            if key in ZERO_MEANS_UNSET and not isinstance(value, bool) and value in (0, "0"):
+                continue
+            out[key] = value
+        return out
 
     profile: str
     azId: str

@@ -157,8 +157,13 @@ def parse_fleet(raw: Any, instance: InstanceType, region: str, az_id: str, catal
                 "make autoscalingMin <= autoscalingMax",
             )
     else:
-        for key in ("autoscalingMin", "autoscalingMax", "autoscalingQueueThreshold", "autoscalingCooldownS"):
-            if getattr(raw, key) is not None:
+        # Under `pulumi up` the CLI hands the program Pulumi.yaml's default for every key the
+        # stack leaves out, so "set" can only mean "differs from that default" (the guardrail).
+        a = g["autoscaling"]
+        for key, gkey in (("autoscalingMin", "min_size"), ("autoscalingMax", "max_size"),
+                          ("autoscalingQueueThreshold", "queue_threshold"), ("autoscalingCooldownS", "cooldown_s")):
+            value = getattr(raw, key)
+            if value is not None and value != a[gkey]:
                 raise ConfigError(f"{_NS}:{key}", "set, but autoscaling is off", f"set `{_NS}:autoscaling: true` or remove it")
 
     if raw.budgetEmails and raw.budgetUsd is None:

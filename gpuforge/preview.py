@@ -12,7 +12,8 @@ from typing import Any
 from common.errors import GpuforgeError
 from components.config import PROJECT, StackConfig, parse_stack_config
 from components.cost import CostEstimate, estimate
-from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config
+from gpuforge.pulumi_conformance import require_conformance
+from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config, stack_file
 
 DISCLAIMER = (
     "offline preview: the real program ran under the Pulumi SDK's mock engine; no cloud was asked. "
@@ -57,8 +58,13 @@ class ProgramError(GpuforgeError):
 
 
 def run_preview(project_dir: Path, stack: str, policies: bool = False) -> PreviewResult:
-    """Validate the stack's config (exit 2 on bad input), then run the program offline."""
-    raw, secrets = load_stack_config(project_dir, stack)
+    """Validate the stack's config (exit 2 on bad input), then run the program offline.
+
+    First what the Pulumi CLI itself refuses before it starts the program (required keys,
+    declared types, secrets; gpuforge/pulumi_conformance.py), then components/config.py.
+    """
+    raw, secrets = load_stack_config(project_dir, stack)  # our own, friendlier YAML errors first
+    require_conformance(project_dir, stack, stack_file(project_dir, stack))
     cfg = parse_stack_config(raw, stack)  # before any resource is declared
 
     from gpuforge.offline.engine import run_program  # imports pulumi: only when needed

@@ -20,6 +20,7 @@ from components.catalog import did_you_mean, load_catalog
 from components.config import parse_stack_config
 from components.profiles import load_profile, profile_names
 from gpuforge.commands.options import project_dir_option
+from gpuforge.pulumi_conformance import require_conformance
 from gpuforge.stackfile import load_stack_config
 from gpuforge.teams import TEAMS_DIR, Team, load_team
 
@@ -108,6 +109,7 @@ def validate_rendered(text: str, stack: str, project_dir: Path) -> None:
         shutil.copy(project_dir / "Pulumi.yaml", scratch / "Pulumi.yaml")
         (scratch / "stacks").mkdir()
         (scratch / "stacks" / f"Pulumi.{stack}.yaml").write_text(text)
+        require_conformance(scratch, stack)  # what `pulumi up` itself would refuse
         raw, _ = load_stack_config(scratch, stack)
         parse_stack_config(raw, stack)
 

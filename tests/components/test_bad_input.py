@@ -22,7 +22,8 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 CASES = [
     ("unknown profile", base_config(profile="cv-trainng"), "gpuforge:profile", "did you mean 'cv-training'"),
     ("unknown key", {**base_config(), "gpuforge:nodeCuont": 2}, "gpuforge:nodeCuont", "did you mean 'nodeCount'"),
-    ("zero nodes", base_config(nodeCount=0), "gpuforge:nodeCount", "1 to 256"),
+    # 0 is Pulumi.yaml's default for nodeCount and means "the profile's" (the CLI needs a default)
+    ("negative nodes", base_config(nodeCount=-1), "gpuforge:nodeCount", "1 to 256"),
     ("too many nodes", base_config(nodeCount=1000), "gpuforge:nodeCount", "1 to 256"),
     ("not a number", base_config(nodeCount="four"), "gpuforge:nodeCount", "integer"),
     ("type not in region", base_config(instanceType="p5e.48xlarge"), "gpuforge:instanceType", "not offered in us-east-1"),

@@ -235,10 +235,10 @@ def test_unknown_stack_is_bad_input(aws_env: str, project: Path, capsys: pytest.
 
 def test_bad_config_is_bad_input(aws_env: str, project: Path, set_stack: Edit,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    set_stack("risk-sim", nodeCount="0")
+    set_stack("risk-sim", nodeCount="300")  # 0 is Pulumi.yaml's "the profile's" default
     code, err = run_main(capsys, "preflight", "--stack", "risk-sim", "--project-dir", str(project))
     assert code == 2
-    assert err.startswith("error: gpuforge:nodeCount: 0 is out of range")
+    assert err.startswith("error: gpuforge:nodeCount: 300 is out of range")
 
 
 def test_table_output(aws_env: str, project: Path, quotas: Quotas, image_id: str, set_stack: Edit) -> None:
