@@ -41,10 +41,14 @@ def test_f8_header_units_parse_to_plain_values():
     ]
 
 
-def test_f8_lacks_identity_fields_so_inventory_is_unknown():
-    results = GpuInventoryCheck().run_on_output("n1", fixture("smi_csv_f8_header_units.txt"), P4DE)
-    assert [r.level for r in results] == [Level.UNKNOWN]
-    assert "header lacks" in results[0].message
+def test_f8_other_fields_still_count_gpus_and_memory():
+    # F8 asked for other fields than ours: one row is one GPU whatever the fields, memory.total
+    # is there; the rest is not in the output, said so (info), never a guessed value
+    results = {r.check: r for r in GpuInventoryCheck().run_on_output("n1", fixture("smi_csv_f8_header_units.txt"), P4DE)}
+    assert results["gpu.count"].level is Level.ERROR and results["gpu.count"].observed == 1
+    assert results["gpu.memory"].level is Level.ERROR
+    for check in ("gpu.model", "gpu.driver", "gpu.vbios", "gpu.persistence"):
+        assert results[check].level is Level.INFO and "not in this --query-gpu output" in results[check].message
 
 
 def test_f8_wrong_column_layout_is_a_parse_error():
@@ -95,9 +99,7 @@ def test_na_values_are_unknown_never_zero():
 
 
 def test_wrong_model_small_memory_mixed_driver_persistence_off():
-    text = a100_inventory(
-        name={2: "NVIDIA A100-SXM4-40GB"}, mem={2: "40960 MiB"}, driver={4: "535.54.03"}, pm={1: "Disabled"}
-    )
+    text = a100_inventory(name={2: "NVIDIA A100-SXM4-40GB"}, mem={2: "40960 MiB"}, driver={4: "535.54.03"}, pm={1: "Disabled"})
     results = by_check(GpuInventoryCheck().run_on_output("n1", text, P4DE))
     assert results["gpu.model"].level is Level.ERROR
     assert results["gpu.memory"].level is Level.ERROR and results["gpu.memory"].observed == 40.0

@@ -31,6 +31,11 @@ class GpuHealth:
     remap_pending: bool | None
     remap_failure: bool | None
     throttle_active: tuple[str, ...] | None  # None: not reported
+    # printed at all (N/A included)? A section the output has but fills with N/A is a GPU that
+    # does not support it (GeForce: no ECC; MIG mode: no row remapping), a verdict of its own;
+    # a section missing from the output is evidence we do not have (unknown).
+    ecc_mode_na: bool = False  # "ECC Mode / Current : N/A": the GPU has no ECC (GeForce)
+    memory_na: bool = False  # row remapping printed as a bare "N/A": not available on this GPU
 
 
 def _counts(block: SmiBlock, keys: tuple[str, ...]) -> list[int]:
@@ -49,11 +54,7 @@ def _health(block: SmiBlock) -> GpuHealth:
         for scope in ("Volatile", "Aggregate")
         if (v := as_int(block.get("ECC Errors", scope, "Double Bit", "Total"))) is not None
     ]
-    retired = [
-        v
-        for key in ("Single Bit ECC", "Double Bit ECC")
-        if (v := as_int(block.get("Retired Pages", key))) is not None
-    ]
+    retired = [v for key in ("Single Bit ECC", "Double Bit ECC") if (v := as_int(block.get("Retired Pages", key))) is not None]
     throttle: tuple[str, ...] | None = None
     for path in _THROTTLE_SECTIONS:
         section = block.get(*path)
@@ -72,6 +73,9 @@ def _health(block: SmiBlock) -> GpuHealth:
         remap_pending=as_yes(block.get("Remapped Rows", "Pending")),
         remap_failure=as_yes(block.get("Remapped Rows", "Remapping Failure Occurred")),
         throttle_active=throttle,
+        ecc_mode_na=block.has("ECC Mode", "Current") and block.get("ECC Mode", "Current") is None,
+        # GeForce and MIG print "Remapped Rows : N/A" as one bare line (exporter captures)
+        memory_na=block.has("Remapped Rows") and block.get("Remapped Rows") is None,
     )
 
 
@@ -129,9 +133,20 @@ def _ecc(t: tuple[str, ...], gpus: list[GpuHealth], limits: dict[str, Any]) -> C
             bad[g.bus_id] = f"double-bit ECC errors {g.double_bit}"
     if bad:
         return CheckResult("gpu.ecc", Level.ERROR, t, bad, limits, "; ".join(f"{k}: {v}" for k, v in bad.items()))
+    quiet = [g for g in gpus if g.bus_id in silent]
+    unexplained = [g.bus_id for g in quiet if not g.ecc_mode_na and str(g.ecc_mode).lower() != "disabled"]
+    if unexplained:
+        modes = sorted({str(g.ecc_mode) for g in quiet})
+        msg = f"no ECC counters reported (ECC mode {modes})"
+        return CheckResult("gpu.ecc", Level.UNKNOWN, t, unexplained, limits, msg)
+    disabled = [g.bus_id for g in quiet if g.ecc_mode is not None]
+    if disabled:
+        modes = sorted({str(g.ecc_mode) for g in gpus if g.bus_id in disabled})
+        msg = f"ECC mode {modes}: no ECC protection on {', '.join(disabled)}"
+        return CheckResult("gpu.ecc", Level.WARNING, t, disabled, limits, msg)
     if silent:
-        modes = sorted({str(g.ecc_mode) for g in gpus if g.bus_id in silent})
-        return CheckResult("gpu.ecc", Level.UNKNOWN, t, silent, limits, f"no ECC counters reported (ECC mode {modes})")
+        msg = f"ECC not supported by {', '.join(silent)} (ECC mode N/A)"
+        return CheckResult("gpu.ecc", Level.INFO, t, silent, limits, msg)
     return CheckResult("gpu.ecc", Level.PASS, t, 0, limits, f"ECC counters within limits on {len(gpus)} GPU(s)")
 
 
@@ -150,9 +165,13 @@ def _memory_retirement(t: tuple[str, ...], gpus: list[GpuHealth], limits: dict[s
             bad[g.bus_id] = f"{g.retired_pages} retired pages with a retirement pending"
     if bad:
         return CheckResult("gpu.remap", Level.ERROR, t, bad, None, "; ".join(f"{k}: {v}" for k, v in bad.items()))
-    if silent:
+    unknown = [b for b in silent if not next(g for g in gpus if g.bus_id == b).memory_na]
+    if unknown:
         msg = "neither remapped rows nor retired pages reported"
-        return CheckResult("gpu.remap", Level.UNKNOWN, t, silent, None, msg)
+        return CheckResult("gpu.remap", Level.UNKNOWN, t, unknown, None, msg)
+    if silent:
+        msg = f"row remapping and page retirement N/A on {', '.join(silent)} (not supported, or MIG mode)"
+        return CheckResult("gpu.remap", Level.INFO, t, silent, None, msg)
     return CheckResult("gpu.remap", Level.PASS, t, None, None, "no pending or failed row remaps / page retirements")
 
 

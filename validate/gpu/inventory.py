@@ -28,6 +28,14 @@ FIELDS = (
     "persistence_mode",
 )
 MIXED = "<mixed>"  # a node whose GPUs disagree among themselves
+# --query-gpu accepts several names for one field (`nvidia-smi --help-query-gpu`: "gpu_name" or
+# "name", "gpu_bus_id" or "pci.bus_id", ...); the header echoes the name that was asked for.
+_ALIASES = {
+    "gpu_name": "name",
+    "gpu_uuid": "uuid",
+    "gpu_serial": "serial",
+    "gpu_bus_id": "pci.bus_id",
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,9 @@ class GpuIdentity:
 @dataclass(frozen=True)
 class GpuInventory:
     gpus: tuple[GpuIdentity, ...]
+    # the fields the output had a column for: a field never asked for is "not in this output"
+    # (info), one asked for but N/A is unknown. Our own command asks for all of FIELDS.
+    columns: frozenset[str] = frozenset(FIELDS)
 
     def single(self, attr: str) -> str | None:
         """The node's one value of `attr`, MIXED when its GPUs differ, None when any is unknown."""
@@ -68,42 +79,61 @@ class GpuInventoryCheck(NodeCheck[GpuInventory]):
         return cluster_consistency(per_node)
 
     def parse(self, stdout: str) -> GpuInventory:
-        rows = parse_query_csv(stdout, required=FIELDS)
+        # One row per GPU whatever the fields, so any --query-gpu CSV with a header counts GPUs;
+        # the fields it lacks are reported as absent, not guessed (other people's captures ask
+        # for other fields: tests/validate/corpus/smi_csv/).
+        rows = [{_ALIASES.get(k, k): v for k, v in r.items()} for r in parse_query_csv(stdout)]
         if not rows:
             raise ParseError("header but no GPU rows")
+        columns = frozenset(rows[0])
         return GpuInventory(
             tuple(
                 GpuIdentity(
-                    index=r["index"],
-                    name=r["name"],
-                    uuid=r["uuid"],
-                    serial=r["serial"],
-                    bus_id=r["pci.bus_id"],
-                    memory_mib=as_float(r["memory.total"]),
-                    driver=r["driver_version"],
-                    vbios=r["vbios_version"],
-                    persistence=r["persistence_mode"],
+                    index=r.get("index"),
+                    name=r.get("name"),
+                    uuid=r.get("uuid"),
+                    serial=r.get("serial"),
+                    bus_id=r.get("pci.bus_id"),
+                    memory_mib=as_float(r.get("memory.total")),
+                    driver=r.get("driver_version"),
+                    vbios=r.get("vbios_version"),
+                    persistence=r.get("persistence_mode"),
                 )
                 for r in rows
-            )
+            ),
+            columns,
         )
 
     def evaluate(self, node: str, measurement: GpuInventory, expect: Expectations) -> list[CheckResult]:
         t = (node,)
         gpus = measurement.gpus
-        out = [_count(t, len(gpus), expect.gpus_per_node), _model(t, gpus, expect), _memory(t, gpus, expect)]
-        for attr, label in (("driver", "driver"), ("vbios", "VBIOS")):
+        cols = measurement.columns
+        out = [_count(t, len(gpus), expect.gpus_per_node)]
+        for field, check, judge in (
+            ("name", "gpu.model", _model),
+            ("memory.total", "gpu.memory", _memory),
+        ):
+            out.append(judge(t, gpus, expect) if field in cols else _absent(t, check, field))
+        for attr, label, field in (("driver", "driver", "driver_version"), ("vbios", "VBIOS", "vbios_version")):
             value = measurement.single(attr)
             check = f"gpu.{attr}"
-            if value is None:
+            if field not in cols:
+                out.append(_absent(t, check, field))
+            elif value is None:
                 out.append(CheckResult(check, Level.UNKNOWN, t, None, "one version", f"{label} not reported"))
             elif value == MIXED:
                 seen = sorted({str(getattr(g, attr)) for g in gpus})
                 out.append(CheckResult(check, Level.ERROR, t, seen, "one version", f"GPUs disagree on {label}"))
             else:
                 out.append(CheckResult(check, Level.PASS, t, value, "one version", f"{label} {value} on all GPUs"))
-        out.append(_persistence(t, gpus, expect))
+        out.append(
+            _persistence(t, gpus, expect) if "persistence_mode" in cols else _absent(t, "gpu.persistence", "persistence_mode")
+        )
         return out
+
+
+def _absent(t: tuple[str, ...], check: str, field: str) -> CheckResult:
+    return CheckResult(check, Level.INFO, t, None, None, f"{field} not in this --query-gpu output: not judged")
 
 
 def _count(t: tuple[str, ...], n: int, expected: int | None) -> CheckResult:
@@ -145,6 +175,10 @@ def _memory(t: tuple[str, ...], gpus: tuple[GpuIdentity, ...], expect: Expectati
 
 def _persistence(t: tuple[str, ...], gpus: tuple[GpuIdentity, ...], expect: Expectations) -> CheckResult:
     modes = [g.persistence for g in gpus]
+    if modes and all(m is None for m in modes):
+        # the column is there but N/A on every GPU: Windows (WDDM/TCC) has no persistence mode
+        msg = "persistence mode N/A on every GPU (not applicable on this platform)"
+        return CheckResult("gpu.persistence", Level.INFO, t, modes, "Enabled", msg)
     if None in modes:
         return CheckResult("gpu.persistence", Level.UNKNOWN, t, modes, "Enabled", "persistence mode not reported")
     off = [g.index for g in gpus if g.persistence != "Enabled"]

@@ -34,6 +34,15 @@ class SmiBlock:
             node = node[part]
         return node
 
+    def has(self, *path: str) -> bool:
+        """Whether the key is printed at all (with any value, N/A included)."""
+        node: Any = self.tree
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
     def first(self, *paths: tuple[str, ...]) -> Any:
         """The first path that exists (for keys renamed between driver versions)."""
         for path in paths:

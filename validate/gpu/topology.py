@@ -117,5 +117,8 @@ class TopologyCheck(NodeCheck[Topology]):
                 return [CheckResult(self.name, Level.ERROR, t, matrix, links, msg)]
             return [CheckResult(self.name, Level.PASS, t, matrix, links, f"NVLinks per GPU {per_gpu}")]
         paths = sorted({matrix[i][j] for i, j in pairs})
+        if expect.interconnect in {"none", "pcie"} and not any(p.startswith("NV") for p in paths):
+            msg = f"no NVLink between GPUs, as expected for {expect.interconnect}: paths {paths or ['single GPU']}"
+            return [CheckResult(self.name, Level.PASS, t, matrix, expect.interconnect, msg)]
         msg = f"interconnect {expect.interconnect or 'not stated'}: GPU paths {paths or ['single GPU']}"
         return [CheckResult(self.name, Level.INFO, t, matrix, expect.interconnect, msg)]
