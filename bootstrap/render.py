@@ -20,6 +20,7 @@ import jinja2
 import yaml
 
 from bootstrap.mirror import APT_ARCHIVE, Mirror
+from bootstrap.ncclenv import env_file, nccl_env, profile_script
 from bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
 from bootstrap.slurm import render_slurm
 from bootstrap.versions import Versions, load_versions
@@ -114,7 +115,10 @@ def render_user_data(
 
 
 def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
+    nccl = nccl_env(v, gpudirect_rdma=plan.gpudirect_rdma)
     return {
+        "nccl_env_file": env_file(nccl),
+        "nccl_env_profile": profile_script(nccl),
         **{k: getattr(plan, k) for k in plan.__dataclass_fields__},
         "efa": plan.efa,
         "scratch": plan.nvme_count > 0,

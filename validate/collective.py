@@ -56,6 +56,7 @@ def command(hosts: tuple[str, str], expect: Expectations, plan: PairPlan) -> tup
         efa=bool(expect.efa_interfaces),
         gpudirect_rdma=bool(expect.extra.get("gpudirect_rdma")),
         ring=True,
+        mpirun=nccl.EFA_MPIRUN if expect.efa_interfaces else "mpirun",
     )
     text = shlex.quote(nccl.hostfile_text(hosts, gpus))
     cmd = f"printf %s {text} > {hostfile} && {{ {run}; rc=$?; rm -f {hostfile}; exit $rc; }}"

@@ -22,6 +22,12 @@ from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 from validate.thresholds import policy
 
+# Open MPI of the EFA installer. Called by absolute path: a non-login SSH session has no
+# /opt/amazon/openmpi/bin on PATH (the installer adds it in /etc/profile.d only), and Open MPI
+# treats an absolute mpirun path as --prefix, so the remote orted is found under the same
+# prefix without the remote PATH (mpirun(1) of Open MPI 4.x: "invoking mpirun via an absolute
+# path name is equivalent to specifying the --prefix option").
+EFA_MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 # `timeout` outlives nccl-tests' own -T by this much, so -T (which names the hang) fires first.
 TIMEOUT_GRACE_S = 30
 _PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")

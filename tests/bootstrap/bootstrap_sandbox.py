@@ -29,12 +29,13 @@ FAKE = Path(__file__).resolve().parent / "fakes" / "fake"
 FAKED = (
     "apt-get", "apt-mark", "dpkg-query", "nvidia-smi", "nv-fabricmanager", "systemctl", "hostnamectl", "modprobe",
     "mdadm", "mkfs.ext4", "blkid", "findmnt", "mount", "mountpoint", "gpg", "curl", "docker", "nvidia-ctk",
-    "fi_info", "make", "dpkg",
+    "make", "dpkg", "ldconfig",
 )  # fmt: skip
 REAL = (
     "bash", "sh", "tar", "gzip", "sha256sum", "sha512sum", "md5sum", "python3", "flock", "sleep", "seq", "readlink",
     "sort", "sed", "grep", "cut", "tr", "paste", "cat", "mkdir", "rm", "mv", "cp", "chmod", "touch", "date",
     "dirname", "basename", "mktemp", "cmp", "env", "ls", "head", "tail", "wc", "uniq", "timeout", "nproc", "uname", "awk",
+    "ln", "realpath",
 )  # fmt: skip
 SECRETS = {"FAKE_NGC_KEY": "nvapi-TEST-SECRET-0123456789", "FAKE_AWS_SECRET": "aws-secret-TEST-9876543210"}
 
@@ -55,12 +56,22 @@ def _targz(members: dict[str, str]) -> bytes:
 def fixture_downloads(v: Versions) -> dict[str, bytes]:
     """Tarballs and keys the phases download, as small stand-ins that record what runs."""
     rec = 'printf "%s\\t%s\\n" "$(basename "$0")" "$*" >>"$FAKE_STATE/calls.log"\n'
+    # As the EFA installer is documented to lay out its files: fi_info (and Open MPI) under /opt/amazon,
+    # on PATH only through /etc/profile.d/efa.sh, which a non-login shell never reads.
     efa_script = (
-        "#!/bin/bash\nset -e\n" + rec + 'mkdir -p "$GPUFORGE_ROOT/opt/amazon/openmpi"\n'
+        "#!/bin/bash\nset -e\n" + rec + 'mkdir -p "$GPUFORGE_ROOT/opt/amazon/openmpi/bin" "$GPUFORGE_ROOT/opt/amazon/efa/bin"\n'
+        'cp "$FAKE_SCRIPT" "$GPUFORGE_ROOT/opt/amazon/efa/bin/fi_info"\n'
+        'mkdir -p "$GPUFORGE_ROOT/etc/profile.d"\n'
+        "echo 'PATH=$PATH:/opt/amazon/efa/bin:/opt/amazon/openmpi/bin' >\"$GPUFORGE_ROOT/etc/profile.d/efa.sh\"\n"
         f'echo "# EFA installer version: {v.efa_installer.version}" >"$GPUFORGE_ROOT/opt/amazon/efa_installed_packages"\n'
     )
+    # aws-ofi-nccl's configure stops without hwloc.h (configure.ac CHECK_PKG_HWLOC's action-if-not-found,
+    # aws/aws-ofi-nccl configure.ac @ 01f16dd350c8529b0a3674a9309882e3c7f23ef7, m4/check_pkg_hwloc.m4 @ 561c1b6e).
     configure = (
         "#!/bin/bash\nset -e\n" + rec + 'for a; do case "$a" in --prefix=*) echo "${a#--prefix=}" >.prefix;; esac; done\n'
+        'echo "checking for hwloc.h... $([ -f "$GPUFORGE_ROOT/usr/include/hwloc.h" ] && echo yes || echo no)"\n'
+        '[ -f "$GPUFORGE_ROOT/usr/include/hwloc.h" ] || { echo "configure: error: Could not find the hwloc library. '
+        'Use --with-hwloc to provide the path to non-standard hwloc installation." >&2; exit 1; }\n'
     )
     ofi_dir = f"aws-ofi-nccl-{v.aws_ofi_nccl.version}"
     tests_dir = f"nccl-tests-{v.nccl_tests.version.lstrip('v')}"
@@ -176,6 +187,7 @@ class Sandbox:
             "GPUFORGE_ROOT": str(self.root),
             "GPUFORGE_POLL_S": "0",
             "FAKE_STATE": str(self.state),
+            "FAKE_SCRIPT": str(FAKE),
             "FAKE_DOWNLOADS": str(self.dl),
             "FAKE_GPU_NAME": self.rendered.plan.gpu_name if self.rendered.plan else "",
             "FAKE_GPU_COUNT": str(self.cfg.instance.gpu_count),

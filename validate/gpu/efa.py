@@ -15,6 +15,7 @@ from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
 
 MARK = "# gpuforge fi_info"
+EFA_FI_INFO = "/opt/amazon/efa/bin/fi_info"  # where the EFA installer puts it
 _RC = re.compile(rf"^{MARK} rc=(?P<rc>\d+)$")
 _FIELD = re.compile(r"^(?P<key>provider|fabric|domain|version|type|protocol):\s*(?P<value>\S.*)$")
 
@@ -44,8 +45,12 @@ class EfaProviderCheck(NodeCheck[EfaInfo]):
     timeout_s: ClassVar[float] = 20.0
 
     def command(self) -> str:
+        # validate runs in a non-login SSH session: no /etc/profile.d, so the EFA installer's PATH
+        # entry (profile.d/efa.sh) is absent. gpuforge's bootstrap links fi_info into
+        # /usr/local/bin; on a node set up otherwise, the installer's own place is tried too.
         return (
-            f"if command -v fi_info >/dev/null 2>&1; then fi_info -p efa 2>/dev/null; echo \"{MARK} rc=$?\"; "
+            f"fi=$(command -v fi_info 2>/dev/null || {{ [ -x {EFA_FI_INFO} ] && echo {EFA_FI_INFO}; }}); "
+            f"if [ -n \"$fi\" ]; then \"$fi\" -p efa 2>/dev/null; echo \"{MARK} rc=$?\"; "
             f"else echo '{MARK} not-installed'; fi"
         )
 

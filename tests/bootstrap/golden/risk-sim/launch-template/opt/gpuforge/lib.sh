@@ -13,7 +13,10 @@ export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '%s [%s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$PHASE" "$*" >&2; }
 # die records why, so the runner can put it in the status file, then fails the phase.
-die() { log "FAILED: $*"; printf '%s\n' "$*" >"$STATE/last-error"; exit 1; }
+# The first reason recorded in a phase wins: with `set -E` a `die` (or a failing command) inside
+# a subshell fires the trap again in its parent ("exit 1 from: ( ... )"), which must not
+# overwrite the specific reason. The runner removes last-error before each phase.
+die() { log "FAILED: $*"; [ -s "$STATE/last-error" ] || printf '%s\n' "$*" >"$STATE/last-error"; exit 1; }
 trap 'die "exit $? from: $BASH_COMMAND (line $LINENO)"' ERR
 # A phase that changed the node says so; a second run must leave every phase unchanged.
 changed() { log "changed: $*"; touch "$STATE/changed"; }
@@ -51,11 +54,14 @@ hold() {
   for p in "$@"; do grep -qx "$p" <<<"$held" || { apt-mark hold "$p" >/dev/null; changed "held $p"; }; done
 }
 
-# IMDSv2 only (the launch template requires tokens).
+# IMDSv2 only (the launch template requires tokens). Every call is bounded: an IMDS that
+# accepts the connection and never answers must fail the call, not hang the boot (or the
+# spot watcher's 5-second poll). GPUFORGE_IMDS lets a rehearsal serve its own stand-in.
+IMDS="${GPUFORGE_IMDS:-http://169.254.169.254}"
 imds() {
   local token
-  token=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
-  curl -sf -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/$1"
+  token=$(curl -sf --connect-timeout 2 --max-time 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "$IMDS/latest/api/token")
+  curl -sf --connect-timeout 2 --max-time 5 -H "X-aws-ec2-metadata-token: $token" "$IMDS/latest/$1"
 }
 
 # fetch URL FILE [sha256|sha512 DIGEST]: download, then refuse a file whose digest differs.
@@ -86,4 +92,15 @@ put() {
   mkdir -p "$(dirname "$1")"
   printf '%s\n' "$2" >"$1.gpuforge-tmp" && mv "$1.gpuforge-tmp" "$1"
   changed "wrote ${1#"$R"}"
+}
+
+# link FILE DIR: DIR/<name of FILE> -> FILE as a relative symlink (valid under $R and on the
+# node alike), made only when missing or pointing elsewhere.
+link() {
+  local dst="$2/${1##*/}" rel
+  rel=$(realpath -m --relative-to="$2" "$1")
+  [ "$(readlink "$dst" 2>/dev/null)" = "$rel" ] && return 0
+  mkdir -p "$2"
+  ln -sfn "$rel" "$dst"
+  changed "linked ${dst#"$R"} -> $rel"
 }

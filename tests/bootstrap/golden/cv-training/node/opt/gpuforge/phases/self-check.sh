@@ -17,7 +17,8 @@ if grep -qv Enabled <<<"$(cut -d, -f3 <<<"$out")"; then miss+=("persistence mode
 fm=$(nv-fabricmanager --version 2>/dev/null | sed -n 's/.*version is *: *//p')
 [ "$fm" = "$drv" ] || miss+=("fabric manager '${fm:-missing}' does not match driver $drv")
 systemctl is-active nvidia-fabricmanager >/dev/null 2>&1 || miss+=("nvidia-fabricmanager is not running")
-nefa=$(fi_info -p efa -t FI_EP_RDM 2>/dev/null | sed -n 's/^ *domain: *//p' | sort -u | grep -c . || true)
+# By the /usr/local/bin link: what cloud-init, units and `ssh node cmd` find on PATH.
+nefa=$("$R/usr/local/bin/fi_info" -p efa -t FI_EP_RDM 2>/dev/null | sed -n 's/^ *domain: *//p' | sort -u | grep -c . || true)
 [ "$nefa" -eq 4 ] || miss+=("$nefa EFA devices with the efa provider, expected 4")
 [ -e "$R/opt/aws-ofi-nccl/lib/libnccl-net.so" ] || miss+=("aws-ofi-nccl plugin missing")
 observe efa_devices "$nefa"

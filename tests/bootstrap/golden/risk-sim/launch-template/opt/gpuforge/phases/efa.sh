@@ -14,7 +14,17 @@ if ! grep -q "EFA installer version: $ver" "$R/opt/amazon/efa_installed_packages
   rm -rf "$tmp"
   changed "installed EFA installer $ver"
 fi
-fi_info -p efa -t FI_EP_RDM >/dev/null 2>&1 || die "libfabric has no efa provider after installing EFA $ver"
+# The installer puts fi_info in /opt/amazon/efa/bin and adds that to PATH only for login shells
+# (/etc/profile.d/efa.sh). cloud-init, systemd units and `ssh node cmd` read no profile.d, so
+# this phase calls it by path, and links it into /usr/local/bin, which is on sshd's default
+# PATH (Debian/Ubuntu openssh --with-default-path) and on Ubuntu's /etc/environment PATH.
+efa_bin="$R/opt/amazon/efa/bin"
+"$efa_bin/fi_info" -p efa -t FI_EP_RDM >/dev/null 2>&1 || die "libfabric has no efa provider after installing EFA $ver"
+link "$efa_bin/fi_info" "$R/usr/local/bin"
+
+# aws-ofi-nccl's configure stops without the hwloc headers (aws/aws-ofi-nccl configure.ac CHECK_PKG_HWLOC
+# @ 01f16dd3, m4/check_pkg_hwloc.m4 @ 561c1b6e); AWS's own EFA nccl-tests Dockerfile installs libhwloc-dev first.
+apt_install libhwloc-dev
 
 ofi="$R/opt/aws-ofi-nccl"
 want=1.9.1-aws
@@ -22,20 +32,31 @@ if [ "$(cat "$ofi/.gpuforge-version" 2>/dev/null)" != "$want" ]; then
   tmp=$(mktemp -d "$STATE/ofi.XXXXXX")
   fetch https://github.com/aws/aws-ofi-nccl/releases/download/v1.9.1-aws/aws-ofi-nccl-1.9.1-aws.tar.gz "$tmp/ofi.tar.gz" sha512 77e44dcdb77e6b25cae882d2124b6d9a2a66f2b85321ae827ec7e3fd88bacd214a537a2490a578af44b7457cc655b2e382fc148b6ed8594a68a30d145f3ce70e
   mkdir "$tmp/src" && tar -xzf "$tmp/ofi.tar.gz" -C "$tmp/src" --strip-components=1
-  (cd "$tmp/src" && ./configure --prefix="$ofi" --with-libfabric="$R/opt/amazon/efa" \
-    --with-cuda="$R/usr/local/cuda-12.4" --enable-platform-aws --disable-tests && make -j"$(nproc)" && make install)
+  (cd "$tmp/src" && { ./configure --prefix="$ofi" --with-libfabric="$R/opt/amazon/efa" \
+    --with-cuda="$R/usr/local/cuda-12.4" --enable-platform-aws --disable-tests >configure.out 2>&1 ||
+    die "aws-ofi-nccl $want: configure failed: $(grep -m1 'configure: error' configure.out || tail -n1 configure.out)"; })
+  (cd "$tmp/src" && make -j"$(nproc)" && make install)
   printf '%s\n' "$want" >"$ofi/.gpuforge-version"
   rm -rf "$tmp"
   changed "built aws-ofi-nccl $want"
 fi
 [ -e "$ofi/lib/libnccl-net.so" ] || die "aws-ofi-nccl plugin missing at ${ofi#"$R"}/lib/libnccl-net.so"
 
-# For jobs (profile.d) and containers (docker --env-file /etc/gpuforge/nccl.env).
-put "$R/etc/gpuforge/nccl.env" "FI_PROVIDER=efa
+# Libraries for every process, login shell or not (the NCCL plugin is dlopen()ed by name).
+ldconf="$R/etc/ld.so.conf.d/gpuforge-efa.conf"
+want_ld=$'/opt/aws-ofi-nccl/lib\n/opt/amazon/efa/lib\n/opt/amazon/openmpi/lib'
+if [ "$(cat "$ldconf" 2>/dev/null)" != "$want_ld" ]; then put "$ldconf" "$want_ld"; ldconfig; fi
+
+# The NCCL environment twice, from one list (bootstrap/ncclenv.py): an env file as
+# docker --env-file reads it (values literal, no quotes) and a shell-quoted profile.d script.
+# No LD_LIBRARY_PATH in either: the host finds the libraries through ld.so.conf.d, and a
+# container keeps its image's own.
+put "$R/etc/gpuforge/nccl.env" 'FI_PROVIDER=efa
 NCCL_NET=AWS Libfabric
-NCCL_SOCKET_IFNAME=^lo,docker
-LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib:/opt/amazon/efa/lib:/opt/amazon/openmpi/lib"
-# shellcheck disable=SC2016 # sourced at login
-put "$R/etc/profile.d/gpuforge-nccl.sh" 'set -a; . /etc/gpuforge/nccl.env; set +a'
+NCCL_SOCKET_IFNAME=^lo,docker'
+put "$R/etc/profile.d/gpuforge-nccl.sh" '# gpuforge NCCL environment for login shells; the same values as /etc/gpuforge/nccl.env.
+export FI_PROVIDER=efa
+export NCCL_NET='"'"'AWS Libfabric'"'"'
+export NCCL_SOCKET_IFNAME='"'"'^lo,docker'"'"''
 observe efa_installer "$ver"
 observe aws_ofi_nccl "$want"

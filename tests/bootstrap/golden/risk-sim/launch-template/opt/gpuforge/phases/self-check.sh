@@ -14,7 +14,8 @@ names=$(cut -d, -f1 <<<"$out" | sed 's/^ *//; s/ *$//' | sort -u | paste -sd/ -)
 drv=$(cut -d, -f2 <<<"$out" | tr -d ' ' | sort -u | paste -sd/ -)
 [ "$drv" = 550.90.07 ] || miss+=("driver $drv, expected 550.90.07")
 if grep -qv Enabled <<<"$(cut -d, -f3 <<<"$out")"; then miss+=("persistence mode is off on some GPU"); fi
-nefa=$(fi_info -p efa -t FI_EP_RDM 2>/dev/null | sed -n 's/^ *domain: *//p' | sort -u | grep -c . || true)
+# By the /usr/local/bin link: what cloud-init, units and `ssh node cmd` find on PATH.
+nefa=$("$R/usr/local/bin/fi_info" -p efa -t FI_EP_RDM 2>/dev/null | sed -n 's/^ *domain: *//p' | sort -u | grep -c . || true)
 [ "$nefa" -eq 1 ] || miss+=("$nefa EFA devices with the efa provider, expected 1")
 [ -e "$R/opt/aws-ofi-nccl/lib/libnccl-net.so" ] || miss+=("aws-ofi-nccl plugin missing")
 observe efa_devices "$nefa"

@@ -24,4 +24,6 @@ if [ "$(cat "$dst/.gpuforge-version" 2>/dev/null)" != "$want" ]; then
   changed "built nccl-tests v2.13.9"
 fi
 [ -x "$dst/bin/all_reduce_perf" ] || die "nccl-tests all_reduce_perf missing in ${dst#"$R"}/bin"
+# validate runs all_reduce_perf by name in a non-login SSH session: /usr/local/bin is on its PATH.
+for b in "$dst"/bin/*_perf; do link "$b" "$R/usr/local/bin"; done
 observe nccl_tests "v2.13.9"
