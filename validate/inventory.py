@@ -101,6 +101,9 @@ class Node(BaseModel):
 
 class Inventory(_Strict):
     profile: str | None = None
+    # The stack that exported it (components/cluster.py `_inventory`): the real export carries it,
+    # so `pulumi stack output --json inventory` must load as it is.
+    stack: str | None = None
     expect: Expect | None = None
     ssh: SshConfig = SshConfig()
     nodes: list[Node] = Field(min_length=1)
@@ -149,6 +152,15 @@ def parse_inventory(text: str, source: str) -> Inventory:
             f"{source}: the inventory must be a mapping with `nodes`, got {type(doc).__name__}",
             "pass the file of `pulumi stack output --json inventory`, or write {profile, ssh, nodes: [...]}",
         )
+    if doc.get("nodes") == [] and doc.get("stack"):
+        # EKS node groups and Auto Scaling groups launch their instances after `pulumi up`, so the
+        # stack's export cannot list them (components/cluster.py); EC2 can.
+        stack = doc["stack"]
+        raise InputError(
+            f"{source}: nodes: the inventory of stack {stack!r} lists no nodes (its GPU nodes come from an "
+            "EKS node group or an Auto Scaling group, launched after deploy)",
+            f"find the running nodes in EC2 instead: gpuforge validate --discover {stack}",
+        )
     try:
         return Inventory.model_validate(doc)
     except ValidationError as exc:
@@ -164,7 +176,7 @@ def _hint(err: Any) -> str:
     if kind == "missing":
         return "add the key; every node needs `name` and `host`, and `nodes` needs at least one node"
     if kind == "extra_forbidden":
-        allowed = "profile, expect, ssh, nodes; ssh: user, key_file, known_hosts, port, jump_host"
+        allowed = "profile, stack, expect, ssh, nodes; ssh: user, key_file, known_hosts, port, jump_host"
         return f"remove or rename the key (allowed: {allowed})"
     return "fix the value (see the inventory shape in DESIGN.md)"
 
