@@ -133,6 +133,7 @@ def _gpu_nodes(
             tags=cfg.tags,
             market_options=market_options(cfg.fleet),
             capacity_reservation=capacity_reservation(cfg.fleet),
+            ena_express=cfg.ena_express,
         ),
         opts=pulumi.ResourceOptions(parent=parent),
     )
@@ -162,6 +163,8 @@ def _inventory(cfg: StackConfig, nodes: list[Node], az: pulumi.Output[str]) -> p
             "profile": cfg.profile.name,
             "stack": cfg.stack,
             "ssh": {"user": cfg.ssh_user, "port": 22},
+            # what validate's TCP model needs to know about how the nodes were placed
+            "expect": {"placement_group": "cluster", "ena_express": cfg.ena_express},
             "nodes": list(items),
         }
     )

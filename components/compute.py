@@ -49,6 +49,7 @@ class NodesArgs:
     # Purchase option (components/purchase.py): spot / capacity-block market, reservation target.
     market_options: aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None = None
     capacity_reservation: aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs | None = None
+    ena_express: bool = False  # ENA Express on the primary interface (validate's TCP model follows it)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,9 @@ class GpuNodes(pulumi.ComponentResource):
                     ),
                 )
             ],
-            network_interfaces=network_interfaces(args.instance, args.subnet_id, args.security_group_id, args.public_ip),
+            network_interfaces=network_interfaces(
+                args.instance, args.subnet_id, args.security_group_id, args.public_ip, ena_express=args.ena_express
+            ),
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=args.placement_group),
             instance_market_options=args.market_options,
             capacity_reservation_specification=args.capacity_reservation,
@@ -184,13 +187,17 @@ def network_interfaces(
     public_ip: bool | None,
     *,
     extra_security_groups: Sequence[pulumi.Input[str]] = (),
+    ena_express: bool = False,
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """One EFA per network card on EFA types; a single ENA interface otherwise.
 
     `subnet_id` None: whoever launches from the template names the subnet (an EKS managed node
     group does, and rejects a template whose interfaces name one). `public_ip` None: the subnet's
     own setting applies. A template with interfaces takes its security groups on each interface,
-    never as vpc_security_group_ids, so `extra_security_groups` go there too."""
+    never as vpc_security_group_ids, so `extra_security_groups` go there too. `ena_express` turns
+    on ENA Express (SRD) on card 0's interface, the one that carries the nodes' TCP traffic
+    (pulumi-aws LaunchTemplateNetworkInterfaceEnaSrdSpecificationArgs.ena_srd_enabled); the EC2
+    User Guide needs it on both ends, which one template gives every node."""
     cards = instance.efa_interfaces if instance.efa else 1
     single = cards == 1
     return [
@@ -202,6 +209,9 @@ def network_interfaces(
             security_groups=[*extra_security_groups, security_group_id],
             delete_on_termination="true",
             associate_public_ip_address=("true" if public_ip else "false") if single and public_ip is not None else None,
+            ena_srd_specification=aws.ec2.LaunchTemplateNetworkInterfaceEnaSrdSpecificationArgs(ena_srd_enabled=True)
+            if ena_express and card == 0
+            else None,
         )
         for card in range(cards)
     ]

@@ -73,6 +73,7 @@ class RawStackConfig(BaseModel):
     driverPreinstalled: bool = False
     rootVolumeGib: int | None = Field(default=None, ge=30, le=16384)
     publicIps: bool = True
+    enaExpress: bool = False
     bucketBase: str | None = None
     team: str | None = None
     owner: str | None = None
@@ -141,6 +142,7 @@ class StackConfig(BaseModel):
     driver_preinstalled: bool
     root_volume_gib: int
     public_ips: bool
+    ena_express: bool
     bucket_base: str
     team: str | None
     owner: str | None
@@ -265,6 +267,12 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         )
 
     _check_network(parsed, stack)
+    if parsed.enaExpress and not instance.ena_express:
+        raise ConfigError(
+            f"{PROJECT}:enaExpress",
+            f"{instance.name} does not support ENA Express (describe_instance_types EnaSrdSupported is false)",
+            "remove enaExpress, or pick a type that supports it (g6.48xlarge, g6e.12xlarge and larger, p5, p5e, p5en)",
+        )
     bucket_base = parsed.bucketBase or f"gpuforge-{stack}"
     _check_bucket_base(bucket_base, parsed.azId)
 
@@ -288,6 +296,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         driver_preinstalled=parsed.driverPreinstalled,
         root_volume_gib=parsed.rootVolumeGib or profile.storage.root_volume_gib,
         public_ips=parsed.publicIps,
+        ena_express=parsed.enaExpress,
         bucket_base=bucket_base,
         team=parsed.team,
         owner=parsed.owner,

@@ -40,6 +40,9 @@ class Expect(_Strict):
     nccl_busbw_gbps: float | None = Field(default=None, gt=0)
     mtu: int | None = Field(default=None, ge=576, le=65536)
     ping_p99_ms: float | None = Field(default=None, gt=0)
+    # How the nodes were placed (AWS per-flow TCP limits depend on it: validate/network/tcp_model.yaml)
+    placement_group: Literal["cluster", "none"] | None = None
+    ena_express: bool | None = None
 
     def stated(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}

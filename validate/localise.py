@@ -15,7 +15,7 @@ Pure: pair values in, a verdict out, so the rules are tested without any host.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,33 +91,41 @@ def classify(
         spread = MAD_SCALE * mad
         return v < ratio * med and (spread == 0 or (med - v) / spread > z)
 
-    def low(v: float) -> bool:
+    def below_or_outlier(v: float) -> bool:
         return (floor is not None and v < floor) or relatively_low(v)
+
+    low: Callable[[float], bool] = below_or_outlier
 
     verdict = Verdict("healthy", median_gbps=med, mad_gbps=mad, floor_gbps=floor)
     verdict.low_pairs = [(p.a, p.b) for p in pairs if low(p.worst)]
     if not verdict.low_pairs:
         verdict.message = f"all {len(pairs)} pairs healthy (median {med:.3g} {unit})"
         return verdict
-    by_node: dict[str, list[bool]] = {}
-    for p in pairs:
-        for n in (p.a, p.b):
-            by_node.setdefault(n, []).append(low(p.worst))
-    all_low = {n for n, flags in by_node.items() if all(flags)}
-    candidates = sorted(n for n in all_low if len(by_node[n]) >= 2)
+    candidates, all_low, by_node = _slow_nodes(pairs, low)
     unexplained = [p for p in pairs if p.a not in all_low and p.b not in all_low]
     rest_median = statistics.median(p.worst for p in unexplained) if unexplained else None
-    if len(candidates) > len(by_node) / 2 or (floor is not None and rest_median is not None and rest_median < floor):
-        # Most nodes look slow, or what no slow node explains is slow too: the fabric, not a node.
+    below = floor is not None and rest_median is not None and rest_median < floor
+    if len(candidates) > len(by_node) / 2 or below:
+        # A fabric-wide shortfall. It is one finding; a node or link that stands out from this
+        # fabric's own median is another, so judge the outliers against the median alone.
         verdict.kind = "fabric"
         verdict.message = f"median pair {med:.3g} {unit}; most pairs are low: the whole fabric is slow"
         if floor is not None:
             verdict.message += f" (floor {floor:.3g})"
-        return verdict
+        candidates, all_low, by_node = _slow_nodes(pairs, relatively_low)
+        if len(candidates) > len(by_node) / 2:
+            return verdict
+        verdict.low_pairs = [(p.a, p.b) for p in pairs if relatively_low(p.worst)]
+        low = relatively_low
     verdict.slow_nodes = candidates
     verdict.suspects = sorted(n for n in all_low if len(by_node[n]) < 2)
     slow = set(verdict.slow_nodes)
-    verdict.slow_links = [(a, b) for a, b in verdict.low_pairs if a not in slow and b not in slow]
+    verdict.slow_links = [(p.a, p.b) for p in pairs if low(p.worst) and p.a not in slow and p.b not in slow]
+    if verdict.kind == "fabric":
+        outliers = [*verdict.slow_nodes, *(f"{a}<->{b}" for a, b in verdict.slow_links if len(by_node) > 2)]
+        if outliers:
+            verdict.message += f"; and against its own median {', '.join(outliers)} stand(s) out"
+        return verdict
     if verdict.slow_nodes:
         verdict.kind = "node"
         verdict.message = f"slow node(s): {', '.join(verdict.slow_nodes)} (every pair they are in is low)"
@@ -134,6 +142,18 @@ def classify(
     return verdict
 
 
+def _slow_nodes(
+    pairs: Sequence[PairValue], low: Callable[[float], bool]
+) -> tuple[list[str], set[str], dict[str, list[bool]]]:
+    """Nodes all of whose (>= 2) pairs are low; every node whose pairs are all low; flags per node."""
+    by_node: dict[str, list[bool]] = {}
+    for p in pairs:
+        for n in (p.a, p.b):
+            by_node.setdefault(n, []).append(low(p.worst))
+    all_low = {n for n, flags in by_node.items() if all(flags)}
+    return sorted(n for n in all_low if len(by_node[n]) >= 2), all_low, by_node
+
+
 def results(
     verdict: Verdict, mat: Mapping[str, Mapping[str, float | None]], name: str = NAME, unit: str = "Gbit/s"
 ) -> list[CheckResult]:
@@ -142,6 +162,8 @@ def results(
     if verdict.kind == "no-data":
         return [CheckResult(name, Level.UNKNOWN, (), None, expected, verdict.message)]
     if verdict.kind == "healthy":
+        measured = [v for row in mat.values() for v in row.values() if v is not None]
+        observed["min_gbps"] = min(measured) if measured else None  # what a saved baseline keeps
         return [CheckResult(name, Level.PASS, tuple(mat), observed, expected, verdict.message)]
     targets: tuple[str, ...]
     if verdict.kind == "node":
@@ -150,4 +172,10 @@ def results(
         targets = tuple(f"{a}<->{b}" for a, b in verdict.slow_links)
     else:
         targets = tuple(mat)
-    return [CheckResult(name, Level.ERROR, targets, observed, expected, verdict.message)]
+    out = [CheckResult(name, Level.ERROR, targets, observed, expected, verdict.message)]
+    if verdict.kind == "fabric" and (verdict.slow_nodes or verdict.slow_links):
+        # the second finding: who stands out from the (slow) fabric's own median
+        who = (*verdict.slow_nodes, *(f"{a}<->{b}" for a, b in verdict.slow_links))
+        msg = f"below {figure('outlier_ratio').value:g} x this fabric's own median ({verdict.median_gbps:.3g} {unit})"
+        out.append(CheckResult(f"{name}.outlier", Level.ERROR, who, observed, "in line with the fabric's median", msg))
+    return out

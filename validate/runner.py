@@ -48,6 +48,10 @@ class RunOptions:
     iperf: iperf.IperfSettings = field(default_factory=iperf.IperfSettings)
     ping: ping.PingSettings = field(default_factory=ping.PingSettings)
     max_workers: int = 32
+    # A round's pairs are disjoint and each of its jobs mostly waits on the network, so a round
+    # runs all its pairs at once (one thread each) up to this bound, whatever max_workers says.
+    max_pairs_at_once: int = 1024
+    retests: int = 1  # a low pair is measured again up to this many times; its best run counts
     evidence_dir: Path | None = None
     nccl_pairs: bool = False  # pairwise multi-node all_reduce_perf (needs validate.nccl and MPI on the nodes)
     nccl_plan: collective.PairPlan = field(default_factory=collective.PairPlan)
@@ -118,6 +122,16 @@ class Runner:
             self.progress.advance(f"{job.node.name}: {res.outcome.value}")
 
         return run_many(self.transport, jobs, self.opt.max_workers, done)
+
+    def run_pairs(self, stage: str, jobs: list[Job]) -> list[CommandResult]:
+        """A round of pair jobs: all at once (bounded by max_pairs_at_once), not max_workers at a time."""
+        self.progress.stage(stage, len(jobs))
+
+        def done(job: Job, res: CommandResult) -> None:
+            self.progress.advance(f"{job.node.name}: {res.outcome.value}")
+
+        width = max(self.opt.max_workers, min(len(jobs), self.opt.max_pairs_at_once))
+        return run_many(self.transport, jobs, width, done)
 
     def lost(self, res: CommandResult) -> bool:
         """A transport failure takes the node out of the run; it is reported once, not as a check."""

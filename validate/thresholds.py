@@ -36,6 +36,7 @@ BASELINE_KEYS = (
     "topology_matrix",
     "driver_version",
     "vbios_version",
+    "tcp_pair_gbps",
 )
 _FIELDS = {f.name for f in dataclasses.fields(Expectations)} - {"extra", "sources"}
 
@@ -114,6 +115,11 @@ def build_expectations(
         instance_type = instance_type or prof.shape.instance_type
         precision = prof.requirements.precision
         put("bootstrap_expected", True, f"profile {profile}: nodes are bootstrapped by gpuforge")
+        put(
+            "placement_group",
+            "cluster",
+            f"profile {profile}: a gpuforge stack puts every node in one cluster placement group (components/cluster.py)",
+        )
         put("compute_precision", precision, f"profile {profile}: requirements.precision")
 
     if instance_type is not None:
@@ -130,6 +136,9 @@ def build_expectations(
         put("interconnect", it.interconnect, src)
         put("efa_interfaces", it.efa_interfaces, src)
         put("link_gbps", it.network_gbps, src)
+        put("tcp_card_baseline_gbps", it.card_baseline_gbps, f"{src}: card 0 baseline (describe_instance_types)")
+        put("tcp_card_peak_gbps", it.card_peak_gbps, f"{src}: card 0 peak (describe_instance_types)")
+        put("ena_express_supported", it.ena_express, f"{src}: EnaSrdSupported (describe_instance_types)")
         put("gpudirect_rdma", it.gpudirect_rdma, src)
         _put_gpu_facts(put, it.gpu_model, precision, gpu, src)
         _put_nccl(put, it.name)
@@ -193,11 +202,17 @@ def baseline_figures(results: list[CheckResult]) -> dict[str, Any]:
         "gpu.topology": "topology_matrix",
         "gpu.cluster.driver": "driver_version",
         "gpu.cluster.vbios": "vbios_version",
+        "network.localise": "tcp_pair_gbps",
     }
     figures: dict[str, list[Any]] = {}
     for r in results:
         key = carried.get(r.check)
         if key is None or r.level is not Level.PASS or r.observed is None:
+            continue
+        if key == "tcp_pair_gbps":  # the slowest healthy pair, per direction (localise.results)
+            if not isinstance(r.observed, dict) or r.observed.get("min_gbps") is None:
+                continue
+            figures.setdefault(key, []).append(r.observed["min_gbps"])
             continue
         figures.setdefault(key, []).append(r.observed)
     out: dict[str, Any] = {}

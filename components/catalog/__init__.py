@@ -57,6 +57,11 @@ class InstanceType:
     nvme_gb_each: int
     interconnect: str  # none | pcie | nvlink | nvswitch
     gpudirect_rdma: bool
+    # The default network card (index 0), which carries the primary interface and so a TCP test
+    # between two nodes' addresses: describe_instance_types NetworkInfo.NetworkCards[i].
+    card_baseline_gbps: float
+    card_peak_gbps: float
+    ena_express: bool  # NetworkInfo.EnaSrdSupported
     offerings: dict[str, Offering] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -141,6 +146,9 @@ def _read_instance_types(path: Path) -> dict[str, InstanceType]:
                 nvme_gb_each=int(row["nvme_gb_each"]),
                 interconnect=row["interconnect"],
                 gpudirect_rdma=row["gpudirect_rdma"] == "true",
+                card_baseline_gbps=float(row["card_baseline_gbps"]),
+                card_peak_gbps=float(row["card_peak_gbps"]),
+                ena_express=row["ena_express"] == "true",
             )
     return types
 

@@ -156,6 +156,17 @@ def _baseline_gbps(net: dict[str, Any]) -> float | None:
     return None
 
 
+def _default_card(net: dict[str, Any]) -> dict[str, Any] | None:
+    """The card that carries the primary interface (DefaultNetworkCardIndex, 0 when absent),
+    when the API gives both its baseline and peak bandwidth."""
+    index = net.get("DefaultNetworkCardIndex", 0)
+    for card in net.get("NetworkCards") or []:
+        if card.get("NetworkCardIndex", 0) == index:
+            ok = all(isinstance(card.get(k), (int, float)) for k in ("BaselineBandwidthInGbps", "PeakBandwidthInGbps"))
+            return card if ok else None
+    return None
+
+
 def _facts(api: dict[str, Any], old: dict[str, str], gpu_family: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """New CSV values for one type from its describe_instance_types entry; (field, why) for those kept."""
     new: dict[str, str] = {}
@@ -185,6 +196,16 @@ def _facts(api: dict[str, Any], old: dict[str, str], gpu_family: str) -> tuple[d
         new["network_gbps"] = _fmt(gbps)
     if net.get("MaximumNetworkCards"):
         new["network_cards"] = str(net["MaximumNetworkCards"])
+    card = _default_card(net)
+    if card is None:
+        kept.append(("card_baseline_gbps/card_peak_gbps", "the API lists no default network card"))
+    else:
+        new["card_baseline_gbps"] = _fmt(float(card["BaselineBandwidthInGbps"]))
+        new["card_peak_gbps"] = _fmt(float(card["PeakBandwidthInGbps"]))
+    if isinstance(net.get("EnaSrdSupported"), bool):
+        new["ena_express"] = "true" if net["EnaSrdSupported"] else "false"
+    else:
+        kept.append(("ena_express", "the API does not say whether ENA Express (EnaSrdSupported) is supported"))
     efa = (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0
     new["efa_interfaces"] = str(efa)
     disks = (api.get("InstanceStorageInfo") or {}).get("Disks") or []

@@ -178,6 +178,11 @@ def _render(result: RunResult, fmt: str) -> None:
     if result.verdict is not None and result.matrix:
         console.print(_matrix_table(result.matrix))
         console.print(f"localisation: [bold]{result.verdict.kind}[/] — {result.verdict.message}")
+    tcp = result.report.context.get("tcp_model")
+    if isinstance(tcp, dict):
+        if tcp.get("reason"):
+            console.print(f"TCP ceiling judged against: {tcp['reason']}; floor {tcp['floor_gbps']:.3g} Gbit/s per direction")
+        console.print(str(tcp.get("nccl", "")))
 
 
 def _kubernetes_results(kubeconfig: Path, inv: Inventory) -> list[CheckResult]:

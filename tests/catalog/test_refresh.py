@@ -201,3 +201,47 @@ def test_pricing_reply_parser() -> None:
     assert _usd_per_hour([item]) == 21.9576
     assert _usd_per_hour([json.dumps({"terms": {"OnDemand": {}}})]) is None
     assert _usd_per_hour([]) is None
+
+
+def test_refresh_brings_network_cards_and_ena_express_from_the_api(aws_env: str, tmp_path: Path) -> None:
+    """The TCP model's card figures (issue 15) come from describe_instance_types NetworkCards and
+    EnaSrdSupported: start from a catalog where they are wrong and let the refresh put them right."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for p in CATALOG_DIR.iterdir():
+        if p.is_file() and p.suffix in (".csv", ".yaml"):
+            (src / p.name).write_bytes(p.read_bytes())
+    header, rows = _read(src / "instance_types.csv")
+    for r in rows:
+        r["card_baseline_gbps"], r["card_peak_gbps"], r["ena_express"] = "1", "1", "false"
+    with (src / "instance_types.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=header, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "out"
+    report = refresh_catalog(["us-east-1"], out, source_dir=src, now=NOW)
+    cat = load_catalog(out)
+    cards = {n: (cat.instance(n).card_baseline_gbps, cat.instance(n).card_peak_gbps, cat.instance(n).ena_express)
+             for n in ("p4de.24xlarge", "p5en.48xlarge", "g4dn.xlarge", "g6e.48xlarge")}  # fmt: skip
+    assert cards == {
+        "p4de.24xlarge": (100, 100, False),  # one of 4 cards: TCP uses card 0
+        "p5en.48xlarge": (200, 200, True),
+        "g4dn.xlarge": (5, 25, False),  # "Up to 25 Gigabit": baseline 5, burst to 25
+        "g6e.48xlarge": (400, 400, True),
+    }
+    # p3.* are not in moto: theirs are kept (wrong here on purpose, so visibly untouched) and reported
+    assert cat.instance("p3.16xlarge").card_baseline_gbps == 1
+    assert ("instance facts", "p3.16xlarge", "kept", "describe_instance_types did not return this type") in _items(report)
+    # the shipped catalog already agrees with the API for every type moto knows
+    shipped = load_catalog()
+    for name, it in cat.instance_types.items():
+        if not name.startswith("p3."):
+            mine = shipped.instance(name)
+            assert (it.card_baseline_gbps, it.card_peak_gbps, it.ena_express) == (
+                mine.card_baseline_gbps, mine.card_peak_gbps, mine.ena_express), name  # fmt: skip
+
+
+def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)

@@ -41,6 +41,8 @@ CASES = [
     ("bad os", base_config(os="centos-7"), "gpuforge:os", "ubuntu-22.04"),
     # 8 GPUs against floor(8 × 0.85) = 6 allowed with the seed's headroom
     ("over the GPU quota", base_config(gpuQuota=8), "gpuforge:gpuQuota", "allows 6"),
+    # cv-training is p4de: describe_instance_types says EnaSrdSupported false
+    ("ENA Express unsupported", base_config(enaExpress=True), "gpuforge:enaExpress", "does not support ENA Express"),
 ]
 
 
@@ -103,3 +105,23 @@ def test_bad_mirror_entry_is_one_error_line(project, capsys):
     code, out, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj)], capsys)
     assert code == 2 and not out
     assert err.startswith("error: gpuforge:mirror: unknown upstream 'efa'") and "Traceback" not in err
+
+
+def test_ena_express_on_a_supporting_type_goes_on_card_0_and_into_the_inventory(project, capsys):
+    """enaExpress (issue 15): pulumi-aws LaunchTemplateNetworkInterfaceArgs.ena_srd_specification on
+    the primary interface only; the stack's inventory tells validate's TCP model it is on."""
+    proj = project("t", base_config(instanceType="g6e.24xlarge", enaExpress=True, gpuQuota=None))
+    args = ["preview", "--stack", "t", "--project-dir", str(proj), "--format", "json", "--no-policies"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    [lt] = [r for r in doc["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
+    nics = lt["inputs"]["networkInterfaces"]
+    assert len(nics) == 2  # g6e.24xlarge: 2 cards, one EFA each
+    assert nics[0]["enaSrdSpecification"] == {"enaSrdEnabled": True}
+    assert "enaSrdSpecification" not in nics[1]
+    # the default: no ENA Express anywhere
+    proj = project("u", base_config(instanceType="g6e.24xlarge", gpuQuota=None))
+    code, out, err = run_cli(["preview", "--stack", "u", "--project-dir", str(proj), "--format", "json", "--no-policies"], capsys)
+    assert code == 0, err
+    assert "enaSrdSpecification" not in out

@@ -23,12 +23,13 @@ NAME = "network.iperf3"
 
 @dataclass(frozen=True)
 class IperfSettings:
-    streams: int = 4
+    streams: int | None = None  # None: as many flows as the TCP model (model.py) says the link needs
     duration_s: float = 3.0
     omit_s: float = 1.0  # skip slow start (`-O`)
     port_base: int = 5301
     ports: int = 200  # ports cycle through [port_base, port_base + ports)
     connect_timeout_ms: int = 3000
+    bidir: bool = False  # both directions at once; default is one after the other (tcp_test.py says why)
 
     def run_bound_s(self) -> float:
         """How long a client may take: the test, slow start, the connect, and slack for the end."""
@@ -52,7 +53,7 @@ def server_command(bind: str, port: int, settings: IperfSettings) -> str:
 
 def client_command(server: str, port: int, settings: IperfSettings) -> str:
     return (
-        f"iperf3 -c {shlex.quote(server)} -p {int(port)} -P {settings.streams} -t {settings.duration_s:g} "
+        f"iperf3 -c {shlex.quote(server)} -p {int(port)} -P {settings.streams or 4} -t {settings.duration_s:g} "
         f"-O {settings.omit_s:g} --bidir -J --connect-timeout {settings.connect_timeout_ms}"
     )
 

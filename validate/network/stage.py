@@ -2,6 +2,12 @@
 
 Split from the runner to keep files small; it uses the runner's transport, evidence and node
 states (`self.r`), and adds its results to the runner's report.
+
+Order: the iperf3 version on every node (it decides how many processes a pair needs); the ring
+(or full) schedule; for a suspect node, a confirmation round with a fresh partner; then a retest
+of every low pair no slow node explains, keeping each pair's best run (a busy controller or node
+only ever lowers a throughput figure, so the best of a few runs is the faithful one, and a pair
+that is low on every run is low). Every pair is judged once, at the end, against the ceiling of the TCP model (model.py).
 """
 
 from __future__ import annotations
@@ -12,109 +18,93 @@ from common.results import CheckResult, Level
 from validate import localise
 from validate.checks import ParseError
 from validate.inventory import Node
-from validate.network import iperf, ping, schedule
+from validate.network import iperf, model, ping, schedule, tcp_test
 from validate.transport import Job, Outcome
 
 if TYPE_CHECKING:
     from validate.runner import Runner
 
+Pair = tuple[str, str]
+VERSION_CMD = "LC_ALL=C iperf3 --version 2>&1 | head -n 1"
+
 
 class NetworkStage:
     def __init__(self, runner: Runner) -> None:
         self.r = runner
+        self.versions: dict[str, tuple[int, int] | None] = {}
+        self.runs: dict[Pair, list[tcp_test.PairRun]] = {}
+        self.ceilings: dict[Pair, model.Ceiling] = {}
+        self.failed: dict[Pair, CheckResult] = {}  # pairs with no usable run: their last failure
+        self.rounds: list[list[Pair]] = []
+
+    # -- the stage
 
     def run(self) -> tuple[localise.Verdict, dict[str, dict[str, float | None]], list[list[tuple[str, str]]]]:
         active = self.r.active()
         names = [n.name for n in active]
-        expected, source = self._expected_link(active)
+        self._probe_versions(active)
         plan = schedule.tournament(names) if self.r.opt.schedule == "full" else schedule.ring(names)
-        values: list[localise.PairValue] = []
-        rounds: list[list[tuple[str, str]]] = []
         for rnd in plan:
-            values += self._round(len(rounds), rnd, expected, source)
-            rounds.append(rnd)
-        verdict = localise.classify(values, expected)
+            self._round(rnd)
+        verdict = self._classify()
         if self.r.opt.schedule != "full" and (verdict.slow_nodes or verdict.suspects):
             # Confirm: pair each suspect with a node it has not met, so two slow links that
-            # happen to share a node are not mistaken for a slow node.
-            tested = {frozenset((p.a, p.b)) for p in values}
+            # happen to share a node are not mistaken for a slow node (and a node that was only
+            # unlucky once meets a third peer).
+            tested = {frozenset(p) for p in self.runs} | {frozenset(p) for p in self.failed}
             suspects = verdict.slow_nodes + verdict.suspects
             extra = schedule.confirm_round(suspects, names, tested, avoid=set(suspects))
             if extra:
-                values += self._round(len(rounds), extra, expected, source)
-                rounds.append(extra)
-                verdict = localise.classify(values, expected)
-        if verdict.slow_links:
-            verdict = self._retest(verdict, values, rounds, expected, source)
+                self._round(extra)
+                verdict = self._classify()
+        verdict = self._retest(verdict)
+        self._report_pairs(verdict)
         if len(active) < 2:
             verdict = localise.Verdict("no-data", message=f"{len(active)} healthy node(s): no pair to test")
-        mat = localise.matrix([n.name for n in self.r.inv.nodes], values)
+        mat = localise.matrix([n.name for n in self.r.inv.nodes], self._values(include_cpu_bound=True))
         if len(active) >= 2 or len(self.r.inv.nodes) >= 2:
             self.r.report.add(localise.results(verdict, mat))
-        return verdict, mat, rounds
+        self._context(verdict)
+        return verdict, mat, self.rounds
 
-    def _retest(
-        self,
-        verdict: localise.Verdict,
-        values: list[localise.PairValue],
-        rounds: list[list[tuple[str, str]]],
-        expected: float | None,
-        source: str | None,
-    ) -> localise.Verdict:
-        """Measure each lone low pair once more: a link that reaches speed on the retest is
-        intermittent (a warning, kept in the evidence), not slow. One round, disjoint pairs only."""
-        busy: set[str] = set()
-        rnd = []
-        for a, b in verdict.slow_links:
-            if a not in busy and b not in busy:
-                rnd.append((a, b))
-                busy.update((a, b))
-        again = {(p.a, p.b): p for p in self._round(len(rounds), rnd, expected, source)}
-        rounds.append(rnd)
-        first = {(p.a, p.b): p for p in values}
-        retested = localise.classify([again.get((p.a, p.b), p) for p in values], expected)
-        for key, p2 in again.items():
-            p1 = first[key]
-            if key in retested.low_pairs:
+    # -- planning
+
+    def _probe_versions(self, active: list[Node]) -> None:
+        """`iperf3 --version` on every node: a single-threaded iperf3 needs a process per flow."""
+        jobs = [Job(n, VERSION_CMD, 10.0, n.name) for n in active]
+        for job, res in zip(jobs, self.r.run_jobs("network: iperf3 version", jobs), strict=True):
+            self.r.evidence("network", f"{job.tag}.iperf3-version", res)
+            if self.r.lost(res):
                 continue
-            label = (iperf.pair_label(*key),)
-            # The retest stands for the pair: drop the first run's failure, say that it happened.
-            self.r.report.results = [
-                r for r in self.r.report.results if not (r.check == iperf.NAME and r.targets == label and r.level is Level.ERROR)
-            ]
-            self.r.report.add(
-                CheckResult(
-                    "network.iperf3.intermittent",
-                    Level.WARNING,
-                    label,
-                    {"first_gbps": round(p1.worst, 4), "retest_gbps": round(p2.worst, 4)},
-                    None,
-                    "low on the first run, at speed on the retest: intermittent (evidence kept)",
-                )
-            )
-        values[:] = [again.get((p.a, p.b), p) for p in values]
-        return retested
+            self.versions[job.tag] = model.parse_version(res.stdout)
+            if res.stdout.strip():
+                self.r.report.context.setdefault("versions", {}).setdefault("iperf3", {})[job.tag] = res.stdout.strip()
 
-    def _expected_link(self, nodes: list[Node]) -> tuple[float | None, str | None]:
-        speeds = [(self.r.expect[n.name].link_gbps, self.r.expect[n.name].sources.get("link_gbps")) for n in nodes]
-        known = [(s, src) for s, src in speeds if s is not None]
-        if not known:
-            return None, None
-        return min(known, key=lambda x: x[0])  # a pair runs at its slower end's speed
+    def _pair_model(self, a: str, b: str) -> tuple[model.Plan, model.Ceiling]:
+        facts = model.combine(model.facts(self.r.expect[a]), model.facts(self.r.expect[b]))
+        p = model.plan(facts, (self.versions.get(a), self.versions.get(b)), self.r.opt.iperf.streams)
+        c = model.ceiling(facts, p)
+        self.ceilings[(a, b)] = c
+        return p, c
 
-    def _round(
-        self, no: int, pairs: list[tuple[str, str]], expected: float | None, source: str | None
-    ) -> list[localise.PairValue]:
+    # -- measuring
+
+    def _round(self, pairs: list[Pair], with_ping: bool = True) -> None:
+        """One round of disjoint pairs: ping (not on a retest), then the TCP test, every pair at once."""
+        no = len(self.rounds)
+        self.rounds.append(pairs)
         node = {n.name: n for n in self.r.inv.nodes}
         st = self.r.opt.iperf
         mtu = self._expected_mtu()
         where = f"network/round-{no:02d}"
+        pairs = [(a, b) for a, b in pairs if self.r.states[a].state == "ok" and self.r.states[b].state == "ok"]
         # ping first, on an idle link, so RTT is not measured through a full queue
         pjobs = [
             Job(node[a], ping.command(node[b].data_address, self.r.opt.ping, mtu), self.r.opt.ping.run_bound_s(), (a, b))
             for a, b in pairs
+            if with_ping
         ]
-        for job, res in zip(pjobs, self.r.run_jobs(f"round {no + 1}: ping", pjobs), strict=True):
+        for job, res in zip(pjobs, self.r.run_pairs(f"round {no + 1}: ping", pjobs), strict=True):
             a, b = job.tag
             self.r.evidence(where, f"{a}-{b}.ping", res)
             if self.r.lost(res):
@@ -123,10 +113,21 @@ class NetworkStage:
                 self.r.report.add(ping.evaluate(a, b, ping.parse(res.stdout), self._p99_limit(), mtu))
             except ParseError as exc:
                 self.r.report.add(CheckResult(ping.NAME, Level.UNKNOWN, (iperf.pair_label(a, b),), None, None, str(exc)))
-        ports = {p: st.port(no, i, len(pairs)) for i, p in enumerate(pairs)}
-        sjobs = [Job(node[b], iperf.server_command(node[b].data_address, ports[(a, b)], st), 10.0, (a, b)) for a, b in pairs]
+        plans = {p: self._pair_model(*p)[0] for p in pairs}
+        ports: dict[Pair, list[int]] = {}
+        slot = 0
+        width = sum(pl.processes for pl in plans.values())
+        for p in pairs:
+            ports[p] = [st.port(no, slot + j, width) for j in range(plans[p].processes)]
+            slot += plans[p].processes
+        runs = 1 if st.bidir else 2
+        sjobs = [
+            Job(node[b], tcp_test.server_command(node[b].data_address, ports[(a, b)], st, runs), 10.0, (a, b))
+            for a, b in pairs
+            if self.r.states[a].state == "ok" and self.r.states[b].state == "ok"
+        ]
         started = []
-        for job, res in zip(sjobs, self.r.run_jobs(f"round {no + 1}: iperf3 servers", sjobs), strict=True):
+        for job, res in zip(sjobs, self.r.run_pairs(f"round {no + 1}: iperf3 servers", sjobs), strict=True):
             a, b = job.tag
             self.r.evidence(where, f"{a}-{b}.server", res)
             if self.r.lost(res):
@@ -135,34 +136,116 @@ class NetworkStage:
                 started.append((a, b))
             else:
                 msg = f"iperf3 server on {b} did not start: {(res.stderr or res.detail).strip()[:200]}"
-                self.r.report.add(CheckResult(iperf.NAME, Level.UNKNOWN, (iperf.pair_label(a, b),), None, None, msg))
+                self._fail((a, b), CheckResult(iperf.NAME, Level.UNKNOWN, (iperf.pair_label(a, b),), None, None, msg))
         cjobs = [
-            Job(node[a], iperf.client_command(node[b].data_address, ports[(a, b)], st), st.run_bound_s(), (a, b))
+            Job(
+                node[a],
+                tcp_test.client_command(node[b].data_address, ports[(a, b)], plans[(a, b)].flows_per_process, st),
+                runs * st.run_bound_s(),
+                (a, b),
+            )
             for a, b in started
             if self.r.states[a].state == "ok"
         ]
-        values = []
-        for job, res in zip(cjobs, self.r.run_jobs(f"round {no + 1}: iperf3", cjobs), strict=True):
+        for job, res in zip(cjobs, self.r.run_pairs(f"round {no + 1}: iperf3", cjobs), strict=True):
             a, b = job.tag
             self.r.evidence(where, f"{a}-{b}.iperf3", res)
             if self.r.lost(res):
                 continue
             label = (iperf.pair_label(a, b),)
             if res.outcome is Outcome.TIMEOUT:
-                self.r.report.add(CheckResult(iperf.NAME, Level.ERROR, label, None, None, f"timed out: {res.detail}"))
+                self._fail((a, b), CheckResult(iperf.NAME, Level.ERROR, label, None, None, f"timed out: {res.detail}"))
                 continue
             try:
-                m = iperf.parse(res.stdout)
+                run = tcp_test.parse(res.stdout)
             except ParseError as exc:
-                self.r.report.add(CheckResult(iperf.NAME, Level.UNKNOWN, label, None, None, f"could not parse: {exc}"))
+                self._fail((a, b), CheckResult(iperf.NAME, Level.UNKNOWN, label, None, None, f"could not parse: {exc}"))
                 continue
-            self.r.report.add(iperf.evaluate(a, b, m, expected, source))
-            if m.error is None:
-                rev = m.reverse_bps / 1e9 if m.reverse_bps is not None else None
-                values.append(localise.PairValue(a, b, m.forward_bps / 1e9, rev))
-                if m.version:
-                    self.r.report.context.setdefault("versions", {}).setdefault("iperf3", {})[a] = m.version
-        return values
+            self.runs.setdefault((a, b), []).append(run)
+
+    def _fail(self, pair: Pair, result: CheckResult) -> None:
+        self.failed[pair] = result
+
+    def _retest(self, verdict: localise.Verdict) -> localise.Verdict:
+        """Measure each low pair that no slow node explains again, up to `retests` times, in rounds
+        of disjoint pairs; each pair keeps its best run. A slow node's pairs are not retested: it
+        has already shown itself low with three different peers."""
+        for _ in range(max(0, self.r.opt.retests)):
+            slow = set(verdict.slow_nodes)
+            again = [
+                p
+                for p in verdict.low_pairs
+                if p[0] not in slow and p[1] not in slow and len(self.runs.get(p, [])) <= self.r.opt.retests
+            ]
+            if not again:
+                break
+            for rnd in _disjoint_rounds(again):
+                self._round(rnd, with_ping=False)
+            verdict = self._classify()
+        return verdict
+
+    # -- judging
+
+    def _values(self, include_cpu_bound: bool = False) -> list[localise.PairValue]:
+        out = []
+        for (a, b), runs in self.runs.items():
+            ok = [r for r in runs if r.error is None]
+            if not ok:
+                continue
+            best = max(ok, key=tcp_test.worst_gbps)
+            if tcp_test.cpu_bound(best) and not include_cpu_bound:
+                continue  # a CPU-bound figure says nothing about the link; reported as such
+            rev = best.reverse_bps / 1e9 if best.reverse_bps is not None else None
+            out.append(localise.PairValue(a, b, best.forward_bps / 1e9, rev))
+        return out
+
+    def _judged_ceiling(self) -> model.Ceiling | None:
+        """The lowest floor among the pairs: what the whole fabric is judged against."""
+        known = [c for c in self.ceilings.values() if c.floor_gbps is not None]
+        return min(known, key=lambda c: c.floor_gbps or 0.0) if known else None
+
+    def _classify(self) -> localise.Verdict:
+        c = self._judged_ceiling()
+        if c is None:
+            return localise.classify(self._values(), None)
+        return localise.classify(self._values(), c.gbps, c.floor_fraction)
+
+    def _report_pairs(self, verdict: localise.Verdict) -> None:
+        for pair in sorted(set(self.runs) | set(self.failed)):
+            runs = self.runs.get(pair, [])
+            if not runs:
+                self.r.report.add(self.failed[pair])
+                continue
+            res = tcp_test.evaluate(*pair, runs, self.ceilings[pair])
+            self.r.report.add(res)
+            first = runs[0]
+            if len(runs) > 1 and first.error is None and res.level is Level.PASS and pair not in verdict.low_pairs:
+                worst = [tcp_test.worst_gbps(r) for r in runs if r.error is None]
+                self.r.report.add(
+                    CheckResult(
+                        "network.iperf3.intermittent",
+                        Level.WARNING,
+                        (iperf.pair_label(*pair),),
+                        {"first_gbps": round(worst[0], 4), "best_gbps": round(max(worst), 4), "runs": len(runs)},
+                        None,
+                        "low on the first run, at speed on a retest: intermittent or a busy host (evidence kept)",
+                    )
+                )
+
+    def _context(self, verdict: localise.Verdict) -> None:
+        c = self._judged_ceiling()
+        ctx: dict[str, object] = {"nccl": model.nccl_note()}
+        if c is not None:
+            ctx.update(
+                {
+                    "ceiling_gbps": c.gbps,
+                    "floor_gbps": c.floor_gbps,
+                    "kind": c.kind,
+                    "reason": c.reason,
+                    "sources": list(c.sources),
+                }
+            )
+        self.r.report.context["tcp_model"] = ctx
 
     def _expected_mtu(self) -> int | None:
         found = [int(e.extra["mtu"]) for e in self.r.expect.values() if e.extra.get("mtu") is not None]
@@ -171,3 +254,17 @@ class NetworkStage:
     def _p99_limit(self) -> float | None:
         found = [float(e.extra["ping_p99_ms"]) for e in self.r.expect.values() if e.extra.get("ping_p99_ms") is not None]
         return min(found) if found else None
+
+
+def _disjoint_rounds(pairs: list[Pair]) -> list[list[Pair]]:
+    """Greedy: as few rounds as it takes so that no node is in two pairs of one round."""
+    rounds: list[tuple[set[str], list[Pair]]] = []
+    for a, b in pairs:
+        for busy, rnd in rounds:
+            if a not in busy and b not in busy:
+                busy.update((a, b))
+                rnd.append((a, b))
+                break
+        else:
+            rounds.append(({a, b}, [(a, b)]))
+    return [rnd for _, rnd in rounds]
