@@ -8,14 +8,17 @@ import pulumi
 from common.errors import ConfigError
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import parse_stack_config
-from gpuforge.program import engine_config
+from gpuforge.program import engine_config, running_offline
 
 try:
     config = parse_stack_config(engine_config(), pulumi.get_stack())
 except ConfigError as exc:  # a clean one-line failure under the real CLI, before any resource
     raise pulumi.RunError(exc.render()) from None
 
-cluster = GpuCluster(config.stack, GpuClusterArgs(config=config))
+try:
+    cluster = GpuCluster(config.stack, GpuClusterArgs(config=config, offline=running_offline()))
+except ConfigError as exc:  # a refusal that depends on the engine (components/ami.py)
+    raise pulumi.RunError(exc.render()) from None
 
 pulumi.export("inventory", cluster.inventory)
 pulumi.export("placementGroup", cluster.placement_group_name)
@@ -25,6 +28,8 @@ pulumi.export("directoryBucket", cluster.directory_bucket)
 pulumi.export("checkpointBucket", cluster.checkpoint_bucket)
 pulumi.export("instanceType", config.instance.name)
 pulumi.export("nodeCount", config.node_count)
+if cluster.node_template_versions is not None:
+    pulumi.export("nodeTemplateVersions", cluster.node_template_versions)
 
 if config.kubernetes is not None:  # only stacks that ask for Kubernetes pay for its imports
     from components.kubernetes.component import GpuKubernetes, KubernetesArgs

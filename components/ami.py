@@ -1,7 +1,13 @@
 """AMI lookup: the documented filters, one place.
 
-Without `gpuforge:amiId`, nodes boot the newest image matching these filters in the stack's
-region. Canonical's Ubuntu images get the NVIDIA stack from bootstrap; with
+The nodes boot `gpuforge:amiId`, pinned in the stack file. A lookup of the newest match would
+change whenever Canonical (or AWS) publishes an image, and the new image id changes the launch
+template, which replaces every instance booted from it (terraform-provider-aws
+internal/service/ec2/ec2_instance.go @0015dfcd: `launch_template` is ForceNew). So a real
+`pulumi up` refuses to run without a pinned AMI (`require_pinned_ami`); `gpuforge preflight`
+shows the newest match to pin. Only the offline preview, which creates nothing, looks one up.
+
+Canonical's Ubuntu images get the NVIDIA stack from bootstrap; with
 `gpuforge:driverPreinstalled: true` the AWS Deep Learning Base OSS Nvidia Driver AMI is used and
 bootstrap only verifies the driver.
 """
@@ -12,6 +18,8 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+
+from common.errors import ConfigError
 
 CANONICAL = "099720109477"
 AMAZON = "amazon"
@@ -46,6 +54,20 @@ AMI_FILTERS: dict[tuple[str, bool], AmiFilter] = {
 
 def ami_filter(os_name: str, driver_preinstalled: bool) -> AmiFilter:
     return AMI_FILTERS[(os_name, driver_preinstalled)]
+
+
+def require_pinned_ami(ami_id: str | None, os_name: str, driver_preinstalled: bool, region: str, offline: bool) -> None:
+    """Refuse a real deployment whose AMI is not pinned, with the command that finds one to pin."""
+    if ami_id or offline:
+        return
+    f = ami_filter(os_name, driver_preinstalled)
+    raise ConfigError(
+        "gpuforge:amiId",
+        "not set: a looked-up AMI changes with every new image and would replace every GPU node",
+        f"pin one: `gpuforge preflight --stack <stack>` shows the newest {f.description}, or run "
+        f"`aws ec2 describe-images --region {region} --owners {f.owner} --filters 'Name=name,Values={f.name_pattern}' "
+        "--query 'sort_by(Images,&CreationDate)[-1].ImageId'`; then `pulumi config set gpuforge:amiId ami-...`",
+    )
 
 
 def lookup_ami(os_name: str, driver_preinstalled: bool, opts: pulumi.InvokeOptions | None = None) -> pulumi.Output[str]:

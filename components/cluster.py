@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.ami import lookup_ami
+from components.ami import lookup_ami, require_pinned_ami
 from components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
 from components.config import StackConfig, node_names
 from components.network import GpuNetwork, NetworkArgs
@@ -22,6 +22,7 @@ from components.userdata import metric_namespace, stack_user_data
 @dataclass(frozen=True)
 class GpuClusterArgs:
     config: StackConfig
+    offline: bool = False  # under the SDK's mock engine (gpuforge preview): nothing is created
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -67,12 +68,21 @@ class GpuCluster(pulumi.ComponentResource):
         # profile would boot nothing, so they are declared only where something launches from them
         # (the stack's own instances, or its Auto Scaling group when autoscaling is on).
         boots_gpuforge_nodes = not on_eks(cfg) or cfg.fleet.autoscaling is not None
+        if boots_gpuforge_nodes:
+            require_pinned_ami(cfg.ami_id, cfg.os, cfg.driver_preinstalled, cfg.region, args.offline)
         nodes = _gpu_nodes(name, cfg, network, pg, storage, self) if boots_gpuforge_nodes else None
         ops = declare_operations(
             name, cfg, nodes.launch_template_id if nodes else None, network.subnet_id, pg.name, parent=self
         )
 
         self.placement_group_name = pg.name
+        # The version GPU instances boot and the template's latest: they differ after a template
+        # change until the stack raises gpuforge:nodeTemplateVersion (components/compute.py).
+        self.node_template_versions: pulumi.Output[dict[str, int]] | None = None
+        if nodes is not None and nodes.nodes:
+            self.node_template_versions = nodes.launch_template_latest.apply(
+                lambda latest: {"booted": cfg.node_template_version, "latest": latest}
+            )
         self.directory_bucket = storage.directory_bucket_name
         self.checkpoint_bucket = storage.checkpoint_bucket_name
         self.availability_zone = network.availability_zone
@@ -121,6 +131,7 @@ def _gpu_nodes(
             bucket_arns=[storage.checkpoint_bucket_arn],
             directory_bucket_arn=storage.directory_bucket_arn,
             root_volume_gib=cfg.root_volume_gib,
+            template_version=cfg.node_template_version,
             # One rendering per stack: every node boots the launch template's user data and
             # takes its name from its Name tag (IMDS instance tags), so a 256-node stack does
             # not render (and store) 256 near-identical 9 KB documents.

@@ -39,6 +39,7 @@ class NodesArgs:
     bucket_arns: Sequence[pulumi.Input[str]]
     directory_bucket_arn: pulumi.Input[str]
     root_volume_gib: int
+    template_version: int  # the launch-template version instances boot (gpuforge:nodeTemplateVersion)
     user_data_b64: str  # the launch template's user data (generic node: name from the Name tag)
     public_ip: bool
     key_name: str | None = None
@@ -63,6 +64,7 @@ class GpuNodes(pulumi.ComponentResource):
     nodes: list[Node]
     role_name: pulumi.Output[str]
     launch_template_id: pulumi.Output[str]
+    launch_template_latest: pulumi.Output[int]
 
     def __init__(self, name: str, args: NodesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpuforge:aws:Nodes", name, None, opts)
@@ -134,11 +136,18 @@ class GpuNodes(pulumi.ComponentResource):
         )
 
         multi_card = len(network_interfaces(args.instance, "", "", False)) > 1
+        # Instances boot a pinned template version, not the latest: `launch_template` is ForceNew on
+        # aws_instance (terraform-provider-aws ec2_instance.go @0015dfcd), so following the latest
+        # version would replace every node (and re-run bootstrap) on any template change. A
+        # changed template becomes a new version; nodes move to it when the stack raises
+        # gpuforge:nodeTemplateVersion (or one at a time with `pulumi up --replace URN`). A version
+        # the template does not have is refused by EC2 (InvalidLaunchTemplateId.VersionNotFound).
+        pinned = str(args.template_version)
         self.nodes = []
         for node_name in args.node_names:
             inst = aws.ec2.Instance(
                 node_name,
-                launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
+                launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=pinned),
                 placement_group=args.placement_group,
                 tags={**tags, "Name": node_name},
                 opts=child,
@@ -177,7 +186,9 @@ class GpuNodes(pulumi.ComponentResource):
 
         self.role_name = role.name
         self.launch_template_id = lt.id
+        self.launch_template_latest = lt.latest_version
         self.register_outputs({"roleName": role.name, "launchTemplateId": lt.id})
+
 
 
 def network_interfaces(

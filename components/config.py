@@ -69,6 +69,7 @@ class RawStackConfig(BaseModel):
     vpcCidr: str = "10.42.0.0/16"
     subnetCidr: str = "10.42.0.0/20"
     amiId: str | None = None
+    nodeTemplateVersion: int = Field(default=1, ge=1)
     os: Literal["ubuntu-22.04", "ubuntu-24.04"] = "ubuntu-22.04"
     driverPreinstalled: bool = False
     rootVolumeGib: int | None = Field(default=None, ge=30, le=16384)
@@ -138,6 +139,7 @@ class StackConfig(BaseModel):
     vpc_cidr: str
     subnet_cidr: str
     ami_id: str | None
+    node_template_version: int
     os: str
     driver_preinstalled: bool
     root_volume_gib: int
@@ -292,6 +294,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         vpc_cidr=parsed.vpcCidr,
         subnet_cidr=parsed.subnetCidr,
         ami_id=parsed.amiId,
+        node_template_version=parsed.nodeTemplateVersion,
         os=parsed.os,
         driver_preinstalled=parsed.driverPreinstalled,
         root_volume_gib=parsed.rootVolumeGib or profile.storage.root_volume_gib,

@@ -7,6 +7,15 @@ from typing import Any
 from pulumi.runtime import config as runtime_config
 
 
+def running_offline() -> bool:
+    """Whether the program runs under the SDK's mock engine (gpuforge preview, the tests), where
+    nothing is created, rather than under the Pulumi CLI."""
+    from pulumi.runtime import settings
+    from pulumi.runtime.mocks import MockMonitor
+
+    return isinstance(settings.SETTINGS.monitor, MockMonitor)
+
+
 def engine_config() -> dict[str, Any]:
     """Every config key the engine passed (`ns:key` -> value), as `pulumi.Config` would see them.
 

@@ -39,6 +39,8 @@ class MockHints:
     subnet_cidr: str
     public_ips: bool = False
     existing_vpc: ExistingVpc = ExistingVpc()
+    # Versions a launch template has: 1 when just created; more after changes to it.
+    template_latest_version: int = 1
 
 
 def az_name_for(region: str, az_id: str) -> str:
@@ -83,7 +85,7 @@ class OfflineMocks(pulumi.runtime.Mocks):
             state["publicIp"] = f"198.51.100.{_digest(name) % 254 + 1}"  # TEST-NET-2: never routable
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             rid = f"lt-{_digest(name):08x}offline"
-            state["latestVersion"] = 1
+            state["latestVersion"] = self.hints.template_latest_version
         elif typ in ("aws:s3/bucket:Bucket", "aws:s3/directoryBucket:DirectoryBucket"):
             bucket = state.get("bucket", name)
             rid = bucket
