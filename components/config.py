@@ -328,7 +328,61 @@ def node_names(stack: str, count: int) -> tuple[str, ...]:
     return tuple(f"{stack}-node{i + 1:0{width}d}" for i in range(count))
 
 
+# EC2 user guide, "Placement groups for your Amazon EC2 instances" - Rules and limitations
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-groups.html): "You can't launch
+# a Spot Instance that is configured to stop or hibernate on interruption in a placement group."
+# Every gpuforge GPU node launches in the stack's cluster placement group (components/compute.py,
+# autoscaling.py, kubernetes/eks.py), so only `terminate` can launch.
+PLACEMENT_GROUP_SPOT_RULE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-groups.html"
+
+
+def _check_spot_interruption(parsed: RawStackConfig) -> None:
+    behaviour = parsed.spotInterruptionBehavior
+    if behaviour == "terminate":
+        return
+    if parsed.purchaseOption != "spot":
+        raise ConfigError(
+            f"{PROJECT}:spotInterruptionBehavior",
+            f"{behaviour!r} is set, but purchaseOption is {parsed.purchaseOption} (it only applies to spot)",
+            "remove it",
+        )
+    raise ConfigError(
+        f"{PROJECT}:spotInterruptionBehavior",
+        f"spot nodes that {behaviour} on interruption cannot launch in a placement group, and every gpuforge "
+        f"node is in the stack's cluster placement group (EC2 placement group rules, {PLACEMENT_GROUP_SPOT_RULE})",
+        "use terminate (the default): training resumes from its checkpoints on a new node",
+    )
+
+
+def _check_eks_combinations(parsed: RawStackConfig) -> None:
+    """Combinations that would deploy but silently do nothing on EKS (issue 10 item 10): refused.
+
+    On `kubernetes: eks` the GPU nodes are an EKS managed node group of fixed size nodeCount,
+    launched ON_DEMAND from its own template (components/kubernetes/eks.py). An Auto Scaling group
+    would boot gpuforge's own nodes, which never join the cluster; spot or reserved capacity would
+    not reach the node group at all.
+    """
+    if parsed.kubernetes != "eks":
+        return
+    if parsed.autoscaling:
+        raise ConfigError(
+            f"{PROJECT}:autoscaling",
+            "true with kubernetes 'eks': the Auto Scaling group's nodes would never join the EKS cluster "
+            "(the cluster's GPU nodes are its managed node group, nodeCount of them)",
+            "remove autoscaling and size the node group with nodeCount, or use kubernetes: none",
+        )
+    if parsed.purchaseOption != "on-demand":
+        raise ConfigError(
+            f"{PROJECT}:purchaseOption",
+            f"{parsed.purchaseOption} with kubernetes 'eks': the EKS managed node group launches on-demand "
+            "capacity, so it would be ignored",
+            "use purchaseOption: on-demand with kubernetes: eks, or kubernetes: none for spot or reserved capacity",
+        )
+
+
 def _fleet(parsed: RawStackConfig, instance: InstanceType, region: str, catalog: Catalog, node_count: int) -> FleetConfig:
+    _check_eks_combinations(parsed)
+    _check_spot_interruption(parsed)
     fleet = parse_fleet(parsed, instance, region, parsed.azId, catalog)
     check_gpu_quota(fleet, instance, node_count)
     return fleet

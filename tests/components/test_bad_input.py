@@ -43,6 +43,22 @@ CASES = [
     ("over the GPU quota", base_config(gpuQuota=8), "gpuforge:gpuQuota", "allows 6"),
     # cv-training is p4de: describe_instance_types says EnaSrdSupported false
     ("ENA Express unsupported", base_config(enaExpress=True), "gpuforge:enaExpress", "does not support ENA Express"),
+    # EC2 placement group rules: spot that stops or hibernates cannot launch in a placement group (issue 10 item 5)
+    ("spot stop in a placement group", base_config(purchaseOption="spot", spotInterruptionBehavior="stop"),
+     "gpuforge:spotInterruptionBehavior", "use terminate"),
+    ("spot hibernate in a placement group", base_config(purchaseOption="spot", spotInterruptionBehavior="hibernate"),
+     "gpuforge:spotInterruptionBehavior", "use terminate"),
+    ("interruption behaviour without spot", base_config(spotInterruptionBehavior="stop"),
+     "gpuforge:spotInterruptionBehavior", "remove it"),
+    # Combinations that deployed but did nothing on EKS (issue 10 item 10)
+    ("EKS with an Auto Scaling group", base_config(profile="nlp-inference", azId="use1-az5", kubernetes="eks",
+                                                   autoscaling=True), "gpuforge:autoscaling", "never join"),
+    ("EKS with spot", base_config(profile="nlp-inference", azId="use1-az5", kubernetes="eks", purchaseOption="spot"),
+     "gpuforge:purchaseOption", "on-demand"),
+    ("EKS with a capacity reservation", base_config(profile="nlp-inference", azId="use1-az5", kubernetes="eks",
+                                                    purchaseOption="capacity-reservation",
+                                                    capacityReservationId="cr-0abc12345"),
+     "gpuforge:purchaseOption", "on-demand"),
 ]
 
 
