@@ -40,6 +40,8 @@ if config.kubernetes is not None:  # only stacks that ask for Kubernetes pay for
             config=config,
             vpc_id=cluster.network.vpc_id,
             subnet_id=cluster.network.subnet_id,
+            route_table_id=cluster.network.route_table_id,
+            main_route_table_id=cluster.network.main_route_table_id,
             security_group_id=cluster.network.security_group_id,
             placement_group=cluster.placement_group_name,
             alert_topic_arn=cluster.alert_topic_arn,

@@ -102,6 +102,9 @@ class RawStackConfig(BaseModel):
     kubeconfig: str | None = None  # read only as a Pulumi secret (components/kubernetes/component.py)
     kubernetesVersion: str = "1.33"
     eksPublicAccessCidrs: tuple[str, ...] = ()
+    eksEndpointAccess: Literal["public", "private"] = "public"
+    eksPrivateAccessCidrs: tuple[str, ...] = ()
+    eksTransitGatewayId: str | None = None
     kubernetesTeams: tuple[str, ...] = ("inference", "research")
     gpuHeadroomPercent: int = Field(default=20, ge=15, le=50)
     inferenceImage: str | None = None
@@ -116,7 +119,7 @@ class RawStackConfig(BaseModel):
 
 
 CONFIG_KEYS = tuple(RawStackConfig.model_fields)
-_LIST_KEYS = {"sshCidrs", "budgetEmails", "eksPublicAccessCidrs", "kubernetesTeams", "mirror"}
+_LIST_KEYS = {"sshCidrs", "budgetEmails", "eksPublicAccessCidrs", "eksPrivateAccessCidrs", "kubernetesTeams", "mirror"}
 
 
 class StackConfig(BaseModel):

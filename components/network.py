@@ -29,6 +29,10 @@ class NetworkArgs:
 
 class GpuNetwork(pulumi.ComponentResource):
     vpc_id: pulumi.Output[str]
+    # The node subnet's route table and the VPC's main one (which other subnets follow); None in
+    # an existing VPC, where gpuforge adds no routes.
+    route_table_id: pulumi.Output[str] | None = None
+    main_route_table_id: pulumi.Output[str] | None = None
     subnet_id: pulumi.Output[str]
     availability_zone: pulumi.Output[str]
     security_group_id: pulumi.Output[str]
@@ -83,6 +87,8 @@ class GpuNetwork(pulumi.ComponentResource):
             self.subnet_id = subnet_res.id
             self.availability_zone = subnet_res.availability_zone
             route_table_ids = [rt.id]
+            self.route_table_id = rt.id
+            self.main_route_table_id = vpc.main_route_table_id
 
         for service in GATEWAY_SERVICES:
             if args.existing_vpc_id and route_table_has_endpoint(

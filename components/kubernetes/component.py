@@ -46,6 +46,8 @@ class KubernetesArgs:
     config: StackConfig
     vpc_id: pulumi.Input[str] | None = None
     subnet_id: pulumi.Input[str] | None = None
+    route_table_id: pulumi.Input[str] | None = None  # node subnet's; a private endpoint's path is routed here
+    main_route_table_id: pulumi.Input[str] | None = None  # the control-plane subnet follows the main table
     security_group_id: pulumi.Input[str] | None = None
     placement_group: pulumi.Input[str] | None = None
     alert_topic_arn: pulumi.Input[str] | None = None  # where the EKS stack's idle-GPU alarm alerts
@@ -92,7 +94,7 @@ class GpuKubernetes(pulumi.ComponentResource):
         docs = manifests_for(cfg)  # before any resource: a bad MIG layout fails here
 
         if settings.mode == "eks":
-            from components.kubernetes.eks import EksArgs, EksCluster
+            from components.kubernetes.eks import EksArgs, EksCluster, PrivateAccess
 
             eks = EksCluster(
                 name,
@@ -109,6 +111,12 @@ class GpuKubernetes(pulumi.ComponentResource):
                     node_count=cfg.node_count,
                     root_volume_gib=cfg.root_volume_gib,
                     public_access_cidrs=settings.public_access_cidrs,
+                    private_access=PrivateAccess(
+                        cidrs=settings.private_access_cidrs,
+                        transit_gateway_id=settings.transit_gateway_id or "",
+                        route_table_ids=(_need(args.route_table_id, "route_table_id"),
+                                         _need(args.main_route_table_id, "main_route_table_id")),
+                    ) if settings.endpoint_access == "private" else None,
                     labels={"gpuforge.io/profile": cfg.profile.name},
                     tags=cfg.tags,
                     container_insights=idle_alarm_args(cfg) is not None,

@@ -49,6 +49,16 @@ SYSTEM_ROLE_TAG = "gpuforge-node-role"
 
 
 @dataclass(frozen=True)
+class PrivateAccess:
+    """How operators reach a private-only API endpoint: their networks, the transit gateway that
+    connects them to the VPC, and the route tables of the subnets holding the endpoint's ENIs."""
+
+    cidrs: tuple[str, ...]
+    transit_gateway_id: str
+    route_table_ids: tuple[pulumi.Input[str], ...]
+
+
+@dataclass(frozen=True)
 class EksArgs:
     version: str
     region: str
@@ -62,6 +72,7 @@ class EksArgs:
     node_count: int
     root_volume_gib: int
     public_access_cidrs: tuple[str, ...]
+    private_access: PrivateAccess | None = None  # None: public endpoint limited to public_access_cidrs
     labels: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     # The CloudWatch Observability add-on and its node permission (the idle alarm's GPU metric).
@@ -110,10 +121,12 @@ class EksCluster(pulumi.ComponentResource):
             role_arn=cluster_role.arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(
                 subnet_ids=[args.node_subnet_id, cp_subnet.id],
+                # Nodes reach the API inside the VPC; operators through the public endpoint, limited
+                # to the stack's CIDRs (config refuses none and 0.0.0.0/0), or, private-only,
+                # through the transit gateway below.
                 endpoint_private_access=True,
-                # Private by default; a public endpoint only for the CIDRs the stack lists.
-                endpoint_public_access=bool(args.public_access_cidrs),
-                public_access_cidrs=list(args.public_access_cidrs) or None,
+                endpoint_public_access=args.private_access is None,
+                public_access_cidrs=list(args.public_access_cidrs) if args.private_access is None else None,
             ),
             access_config=aws.eks.ClusterAccessConfigArgs(
                 authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True
@@ -122,6 +135,9 @@ class EksCluster(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
+        if args.private_access is not None:
+            _private_path(name, args.private_access, args.vpc_id, [args.node_subnet_id, cp_subnet.id],
+                          cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or ""), tags, child)
         observability = defaults()["cloudwatch_observability"]
         node_policies = NODE_POLICIES + ((observability["node_policy"],) if args.container_insights else ())
         node_role = _role(f"{name}-eks-node", "ec2.amazonaws.com", node_policies, tags, child)
@@ -199,6 +215,33 @@ class EksCluster(pulumi.ComponentResource):
             )
         )
         self.register_outputs({"clusterName": cluster.name, "kubeconfig": self.kubeconfig})
+
+
+def _private_path(
+    name: str, access: PrivateAccess, vpc_id: pulumi.Input[str], subnet_ids: list[pulumi.Input[str]],
+    cluster_sg: pulumi.Input[str], tags: dict[str, str], opts: pulumi.ResourceOptions,
+) -> None:
+    """The operators' path to a private-only endpoint (EKS user guide, "Cluster API server endpoint",
+    accessing a private-only API server): the VPC attached to their transit gateway in both
+    endpoint subnets' AZs (a transit gateway reaches only AZs with an attachment subnet), a route
+    back to their networks from both subnets, and tcp/443 from them in the cluster security group."""
+    attachment = aws.ec2transitgateway.VpcAttachment(
+        f"{name}-eks-tgw", transit_gateway_id=access.transit_gateway_id, vpc_id=vpc_id, subnet_ids=subnet_ids,
+        tags={**tags, "Name": f"{name}-eks-operators"}, opts=opts,
+    )
+    for i, cidr in enumerate(access.cidrs):
+        for j, table in enumerate(access.route_table_ids):
+            aws.ec2.Route(
+                f"{name}-eks-operators-{i}-rt{j}", route_table_id=table,
+                **({"destination_ipv6_cidr_block": cidr} if ":" in cidr else {"destination_cidr_block": cidr}),
+                transit_gateway_id=access.transit_gateway_id,
+                opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[attachment])),
+            )
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-eks-api-{i}", security_group_id=cluster_sg, ip_protocol="tcp", from_port=443, to_port=443,
+            **({"cidr_ipv6": cidr} if ":" in cidr else {"cidr_ipv4": cidr}),
+            description=f"Kubernetes API from operators' network {cidr}", tags=tags, opts=opts,
+        )
 
 
 def _node_template(

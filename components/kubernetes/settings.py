@@ -36,6 +36,9 @@ class KubernetesSettings:
     mode: str  # eks | existing
     version: str
     public_access_cidrs: tuple[str, ...]
+    endpoint_access: str  # public | private (eks only)
+    private_access_cidrs: tuple[str, ...]
+    transit_gateway_id: str | None
     teams: tuple[str, ...]
     headroom_percent: int
     inference_image: str
@@ -79,15 +82,8 @@ def kubernetes_settings(
         raise ConfigError(f"{ns}:kubernetesVersion", f"{version!r} is not a supported version",
                           f"use one of {', '.join(known)}")
 
-    for cidr in raw.eksPublicAccessCidrs:
-        try:
-            net = ipaddress.ip_network(cidr, strict=True)
-        except ValueError as exc:
-            raise ConfigError(f"{ns}:eksPublicAccessCidrs", f"{cidr!r} is not a valid CIDR ({exc})",
-                              "write it like 198.51.100.0/24") from None
-        if net.prefixlen == 0:
-            raise ConfigError(f"{ns}:eksPublicAccessCidrs", f"{cidr} opens the Kubernetes API to the whole internet",
-                              "list your own CIDRs, or leave it empty for a private-only endpoint")
+    if raw.kubernetes == "eks":
+        _check_endpoint_access(raw, ns)
 
     teams = tuple(raw.kubernetesTeams)
     if not teams:
@@ -120,6 +116,9 @@ def kubernetes_settings(
         mode=raw.kubernetes,
         version=version,
         public_access_cidrs=tuple(raw.eksPublicAccessCidrs),
+        endpoint_access=raw.eksEndpointAccess,
+        private_access_cidrs=tuple(raw.eksPrivateAccessCidrs),
+        transit_gateway_id=raw.eksTransitGatewayId,
         teams=teams,
         headroom_percent=raw.gpuHeadroomPercent,
         inference_image=raw.inferenceImage or profile.bootstrap.container_image,
@@ -129,3 +128,56 @@ def kubernetes_settings(
         max_batch_delay_ms=raw.inferenceMaxBatchDelayMs,
         control_plane_az_id=others[0] if raw.kubernetes == "eks" and others else None,
     )
+
+
+# RFC 1918: addresses that never reach a public endpoint as a source (they leave through NAT).
+_RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+def _cidrs(key: str, cidrs: Sequence[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    nets = []
+    for cidr in cidrs:
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError as exc:
+            raise ConfigError(key, f"{cidr!r} is not a valid CIDR ({exc})", "write it like 198.51.100.0/24") from None
+        if net.prefixlen == 0:
+            raise ConfigError(key, f"{cidr} opens the Kubernetes API to the whole internet",
+                              "list the operators' own networks")
+        nets.append(net)
+    return nets
+
+
+def _check_endpoint_access(raw: Any, ns: str) -> None:
+    """The machine that runs `pulumi up` must reach the EKS API: every Kubernetes object is
+    declared through it. EKS user guide, "Cluster API server endpoint": a public endpoint is open
+    to 0.0.0.0/0 unless publicAccessCidrs limits it; a private-only endpoint answers only inside
+    the VPC or over a connected network (VPN, Direct Connect, transit gateway), and the cluster
+    security group must allow tcp/443 from that network."""
+    pub, priv = f"{ns}:eksPublicAccessCidrs", f"{ns}:eksPrivateAccessCidrs"
+    fix_private = (f"or set {ns}:eksEndpointAccess: private with {ns}:eksPrivateAccessCidrs and "
+                   f"{ns}:eksTransitGatewayId (the network path from your operators to the VPC)")
+    public_nets = _cidrs(pub, raw.eksPublicAccessCidrs)
+    private_nets = _cidrs(priv, raw.eksPrivateAccessCidrs)
+    if raw.eksEndpointAccess == "public":
+        if not public_nets:
+            raise ConfigError(pub, "is empty: the EKS API would be open to 0.0.0.0/0 (EKS's default)",
+                              f"list the public CIDRs your operators (and CI) reach the internet from, {fix_private}")
+        for net in public_nets:
+            if any(net.subnet_of(r) for r in _RFC1918 if net.version == r.version):  # type: ignore[arg-type]
+                raise ConfigError(pub, f"{net} is a private range: the public endpoint sees your NAT's public address",
+                                  f"list public CIDRs, {fix_private}")
+        if private_nets or raw.eksTransitGatewayId:
+            raise ConfigError(f"{ns}:eksEndpointAccess", "is 'public', but a private access path is configured",
+                              f"set {ns}:eksEndpointAccess: private, or remove eksPrivateAccessCidrs/eksTransitGatewayId")
+        return
+    if public_nets:
+        raise ConfigError(pub, "is set, but eksEndpointAccess is 'private' (no public endpoint)",
+                          "remove it, or set eksEndpointAccess: public")
+    if not private_nets:
+        raise ConfigError(priv, "is empty: nothing outside the VPC could reach the private endpoint, so `pulumi up` "
+                          "could not declare the Kubernetes objects", "list the operators' networks")
+    tgw = raw.eksTransitGatewayId
+    if not tgw or not re.fullmatch(r"tgw-[0-9a-f]{8,17}", tgw):
+        raise ConfigError(f"{ns}:eksTransitGatewayId", f"{tgw!r} is not a transit gateway id" if tgw else "not set",
+                          "name the transit gateway (tgw-...) that connects eksPrivateAccessCidrs to this VPC")

@@ -71,7 +71,9 @@ class OfflineMocks(pulumi.runtime.Mocks):
         typ, name = args.typ, args.name
         rid = f"{name}-offline"
         arn_base = f"arn:aws:{{svc}}:{self.hints.region}:{MOCK_ACCOUNT}"
-        if typ == "aws:ec2/subnet:Subnet":
+        if typ == "aws:ec2/vpc:Vpc":
+            state["mainRouteTableId"] = f"rtb-main-{_digest(name):08x}"  # EC2 creates it with the VPC
+        elif typ == "aws:ec2/subnet:Subnet":
             state.setdefault("availabilityZone", az_name_for(self.hints.region, self.hints.az_id))
         elif typ == "aws:ec2/placementGroup:PlacementGroup":
             state.setdefault("name", name)

@@ -15,10 +15,11 @@ from gpuforge.cli import main
 from gpuforge.preview import run_preview
 
 ROOT = Path(__file__).resolve().parents[2]
+OPERATORS = ["198.51.100.0/24"]  # the public CIDR the EKS API is opened to (required, components/kubernetes/settings.py)
 NLP = {"aws:region": "us-east-1", "gpuforge:profile": "nlp-inference", "gpuforge:azId": "use1-az5",
-       "gpuforge:kubernetes": "eks"}
+       "gpuforge:kubernetes": "eks", "gpuforge:eksPublicAccessCidrs": OPERATORS}
 CV = {"aws:region": "us-east-1", "gpuforge:profile": "cv-training", "gpuforge:azId": "use1-az4",
-      "gpuforge:kubernetes": "eks"}
+      "gpuforge:kubernetes": "eks", "gpuforge:eksPublicAccessCidrs": OPERATORS}
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +107,12 @@ def test_priority_classes_put_inference_above_preemptible_training(nlp):
     assert pcs["gpuforge-training-preemptible"]["preemptionPolicy"] == "Never"
 
 
-def test_eks_is_private_and_least_privilege(nlp):
+def test_eks_api_is_limited_and_least_privilege(nlp):
     cluster = one(nlp.run, "aws:eks/cluster:Cluster").inputs
     assert cluster["vpcConfig"]["endpointPrivateAccess"] is True
-    assert cluster["vpcConfig"]["endpointPublicAccess"] is False
+    # public only for the stack's named CIDRs (tests/aws/test_eks_endpoint.py has the private path)
+    assert cluster["vpcConfig"]["endpointPublicAccess"] is True
+    assert cluster["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
     assert len(cluster["vpcConfig"]["subnetIds"]) == 2  # EKS needs two AZs
     attached = sorted(a.inputs["policyArn"].rsplit("/", 1)[1]
                       for a in nlp.run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")

@@ -122,10 +122,11 @@ def test_budget_counts_the_eks_control_plane_and_system_nodes(record) -> None:
     # p4de 27.44705 $/h * 720 = 19,762; on EKS add 2 x m6i.large 0.096 and the control plane 0.10:
     # (27.44705 + 0.192 + 0.10) * 720 = 19,972 $ per 30 days (components/catalog/platform_prices.yaml)
     assert violations(record("plain", budgetUsd=19800).run.resources, "budget-present") == []
-    eks = record("eks", budgetUsd=19800, kubernetes="eks").run.resources
+    eks = record("eks", budgetUsd=19800, kubernetes="eks", eksPublicAccessCidrs=["198.51.100.0/24"]).run.resources
     msgs = violations(eks, "budget-present")
     assert len(msgs) == 1 and "19,972" in msgs[0] and "EKS control plane" in msgs[0]
-    assert violations(record("eks-ok", budgetUsd=20000, kubernetes="eks").run.resources, "budget-present") == []
+    assert violations(record("eks-ok", budgetUsd=20000, kubernetes="eks",
+                             eksPublicAccessCidrs=["198.51.100.0/24"]).run.resources, "budget-present") == []
     # the system nodes carry no GPUs: the quota still counts the 8 A100s only
     assert violations(eks, "gpu-quota") == []
 
