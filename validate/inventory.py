@@ -92,6 +92,9 @@ class Node(BaseModel):
     host: str = Field(min_length=1)
     instance_type: str | None = None
     private_ip: str | None = None
+    # per-node SSH overrides of `ssh.port` / `ssh.user` (a node behind a NAT port, another login)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = Field(default=None, min_length=1)
 
     @property
     def data_address(self) -> str:

@@ -25,6 +25,11 @@ from validate.transport import CommandResult, Job, Outcome, Transport, run_many
 
 GATE_TIER = 0
 _BAD = (Level.ERROR, Level.UNKNOWN)
+_GATED = ("ok", "failed_gates")  # reachable nodes (ok ones may be degraded: failed a tier >= 1)
+# What a shell or nvidia-smi print when the driver is not there (exit 127: POSIX "command not
+# found"; exit 9 with this text: nvidia-smi installed but the kernel module not loaded).
+_NO_SMI = re.compile(r"nvidia-smi: (?:command )?not found|nvidia-smi: No such file")
+_NO_MODULE = "couldn't communicate with the NVIDIA driver"
 
 
 class Progress(Protocol):
@@ -176,21 +181,30 @@ class Runner:
     def _connect(self) -> None:
         """Reach every node first, in parallel; each failure is reported once, with its outcome."""
         jobs = [Job(n, "true", 10.0) for n in self.inv.nodes]
+        kind = self.transport.kind
+        # only an SSH connection is evidence that SSH works; `local` ran a shell here
+        ok = "ssh ok" if kind == "ssh" else f"{kind}: commands run on this machine, not over a network"
         for res in self.run_jobs("connect", jobs):
             if not self.lost(res):
-                self.report.add(CheckResult("node.reachable", Level.PASS, (res.node,), "ok", "ok", "ssh ok"))
+                self.report.add(CheckResult("node.reachable", Level.PASS, (res.node,), "ok", "ok", ok))
 
     def _tier(self, tier: int, checks: list[NodeCheck[Any]]) -> None:
         active = [n for n in self.active() if n.name not in self.degraded]
-        skipped = [n for n in self.inv.nodes if n not in active]
+        # A node out of reach already has its one node.reachable row; "not run" rows are for
+        # nodes that were reachable but gated out or failed a lower tier.
+        skipped = [n for n in self.inv.nodes if n not in active and self.states[n.name].state in _GATED]
         jobs = [Job(n, c.command(), c.timeout_s, c) for n in active for c in checks]
         results = self.run_jobs(f"tier {tier}", jobs)
         failed: set[str] = set()
         measured: dict[str, tuple[NodeCheck[Any], dict[str, Any]]] = {}
+        no_driver: dict[str, str] = {}  # node -> why: one result instead of one per nvidia-smi check
         for job, res in zip(jobs, results, strict=True):
             check: NodeCheck[Any] = job.tag
             self.evidence(res.node, check.name, res)
             if self.lost(res):
+                continue
+            if (why := _driver_missing(res)) is not None:
+                no_driver.setdefault(res.node, why)
                 continue
             out, measurement = self._judge(check, res)
             self.report.add(out)
@@ -198,6 +212,15 @@ class Runner:
                 measured.setdefault(check.name, (check, {}))[1][res.node] = measurement
             if any(r.level in _BAD for r in out):
                 failed.add(res.node)
+        for node, why in sorted(no_driver.items()):
+            want = self.expect[node].gpus_per_node
+            if want:
+                msg = f"{why}: NVIDIA driver missing on a node expected to have {want} GPU(s)"
+                self.report.add(CheckResult("gpu.driver_present", Level.ERROR, (node,), why, want, msg))
+                failed.add(node)
+            else:
+                msg = f"{why}: no NVIDIA driver, and no GPU expected here"
+                self.report.add(CheckResult("gpu.driver_present", Level.INFO, (node,), why, want, msg))
         for check in checks:
             if skipped:
                 names = tuple(n.name for n in skipped)
@@ -224,3 +247,12 @@ class Runner:
             msg = f"exit {res.exit_code}, no output: {tail[0]}"
             return [CheckResult(check.name, Level.UNKNOWN, (node,), None, None, msg)], None
         return check.judge(node, res.stdout, self.expect[node])
+
+
+def _driver_missing(res: CommandResult) -> str | None:
+    """Why nvidia-smi could not answer on this node (no binary, or no kernel module), or None."""
+    if res.exit_code == 127 and _NO_SMI.search(res.stderr):
+        return "nvidia-smi not found (exit 127)"
+    if _NO_MODULE in res.stdout or _NO_MODULE in res.stderr:
+        return "nvidia-smi could not communicate with the NVIDIA driver (module not loaded)"
+    return None

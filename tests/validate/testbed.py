@@ -61,6 +61,8 @@ class Testbed:
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gf-testbed-")))
     stopped: set[int] = field(default_factory=set)
     scenarios: dict[int, str] = field(default_factory=dict)  # host index -> replay scenario (sshd SetEnv)
+    ports: dict[int, int] = field(default_factory=dict)  # host index -> sshd port (default 22)
+    no_replay: set[int] = field(default_factory=set)  # hosts without the GPU tools: no nvidia-smi at all
     _created: list[tuple[str, ...]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -99,11 +101,15 @@ class Testbed:
         for i in range(1, self.n + 1):
             host = self._add_host(i)
             pub = Path(f"{host.dir}/ssh_host_ed25519_key.pub").read_text().split()
-            kh.append(f"{host.ip} {pub[0]} {pub[1]}\n")
+            name = host.ip if self.port(i) == 22 else f"[{host.ip}]:{self.port(i)}"  # known_hosts' own form
+            kh.append(f"{name} {pub[0]} {pub[1]}\n")
             self.hosts.append(host)
         self.known_hosts.write_text("".join(kh))
         for host in self.hosts:
             self._wait_listening(host)
+
+    def port(self, i: int) -> int:
+        return self.ports.get(i, 22)
 
     def _add_host(self, i: int) -> Host:
         ns, veth = f"{self.prefix}-h{i}", f"{self.prefix}v{i}"[:15]
@@ -119,17 +125,19 @@ class Testbed:
         key = host.dir / "ssh_host_ed25519_key"
         _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
         cfg = host.dir / "sshd_config"
+        # Stock limits on purpose (no MaxSessions/MaxStartups): the transport must live with
+        # OpenSSH's defaults, 10 sessions per connection and 10:30:100 startups (servconf.c).
         cfg.write_text(
-            f"ListenAddress {host.ip}:22\nHostKey {key}\nPidFile {host.dir}/sshd.pid\n"
+            f"ListenAddress {host.ip}:{self.port(i)}\nHostKey {key}\nPidFile {host.dir}/sshd.pid\n"
             f"AuthorizedKeysFile {self.root}/authorized_keys\nPermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-            "UseDNS no\nMaxStartups 64:30:128\nMaxSessions 32\n"
+            "UseDNS no\n"
         )
         if i in self.scenarios:  # each session on this host replays its own scenario (_replay.py)
             with cfg.open("a") as f:
                 f.write(f"SetEnv GPUFORGE_REPLAY_SCENARIO={self.scenarios[i]}\n")
         mounts = f"mount --bind {self.root}/home /root"
-        if REPLAY_DIR.is_dir() and any(p.is_file() for p in REPLAY_DIR.iterdir()):
+        if i not in self.no_replay and REPLAY_DIR.is_dir() and any(p.is_file() for p in REPLAY_DIR.iterdir()):
             mounts += f" && mount --bind {REPLAY_DIR} /usr/local/bin"
         script = f"hostname {host.name} && {mounts} && exec /usr/sbin/sshd -f {cfg} -E {host.dir}/sshd.log"
         _sh("ip", "netns", "exec", ns, "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script)
@@ -145,7 +153,7 @@ class Testbed:
 
     def _wait_listening(self, host: Host) -> None:
         for _ in range(100):
-            if _sh("ip", "netns", "exec", host.ns, "ss", "-Hltn", "sport = :22").stdout.strip():
+            if _sh("ip", "netns", "exec", host.ns, "ss", "-Hltn", f"sport = :{self.port(host.index)}").stdout.strip():
                 return
             time.sleep(0.02)
         raise RuntimeError(f"sshd on {host.name} is not listening")
