@@ -101,6 +101,15 @@ class GpuCluster(pulumi.ComponentResource):
         )
 
 
+def _user_data(cfg: StackConfig, parent: pulumi.Resource) -> pulumi.Input[str]:
+    """The launch template's user data; a spot stack's names its checkpoint bucket, whose name
+    carries the account id (components/storage.py), so it waits for the caller identity."""
+    if cfg.fleet.purchase_option != "spot":
+        return stack_user_data(cfg).user_data_base64
+    account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=parent)).account_id
+    return account.apply(lambda acct: stack_user_data(cfg, account_id=acct).user_data_base64)
+
+
 def _gpu_nodes(
     name: str, cfg: StackConfig, network: GpuNetwork, pg: aws.ec2.PlacementGroup, storage: ClusterStorage,
     parent: pulumi.Resource,
@@ -135,7 +144,7 @@ def _gpu_nodes(
             # One rendering per stack: every node boots the launch template's user data and
             # takes its name from its Name tag (IMDS instance tags), so a 256-node stack does
             # not render (and store) 256 near-identical 9 KB documents.
-            user_data_b64=stack_user_data(cfg).user_data_base64,
+            user_data_b64=_user_data(cfg, parent),
             metric_namespace=metric_namespace(cfg),
             public_ip=cfg.public_ips and cfg.vpc_id is None,
             key_name=cfg.key_name,

@@ -40,7 +40,7 @@ class NodesArgs:
     directory_bucket_arn: pulumi.Input[str]
     root_volume_gib: int
     template_version: int  # the launch-template version instances boot (gpuforge:nodeTemplateVersion)
-    user_data_b64: str  # the launch template's user data (generic node: name from the Name tag)
+    user_data_b64: pulumi.Input[str]  # the launch template's user data (generic node: name from the Name tag)
     public_ip: bool
     key_name: str | None = None
     data_volume: DataVolumeSpec | None = None

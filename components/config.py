@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bootstrap.mirror import Mirror, MirrorError, parse_mirror
 from common.errors import ConfigError
+from components.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 from components.fleet import FleetConfig, check_gpu_quota, parse_fleet
 from components.kubernetes.settings import KubernetesSettings, kubernetes_settings
@@ -279,7 +280,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
             "remove enaExpress, or pick a type that supports it (g6.48xlarge, g6e.12xlarge and larger, p5, p5e, p5en)",
         )
     bucket_base = parsed.bucketBase or f"gpuforge-{stack}"
-    _check_bucket_base(bucket_base, parsed.azId)
+    _check_bucket_base(bucket_base, parsed.azId, region)
 
     return StackConfig(
         stack=stack,
@@ -423,7 +424,7 @@ def _check_network(parsed: RawStackConfig, stack: str) -> None:
         raise ConfigError(f"{PROJECT}:amiId", f"{parsed.amiId!r} is not an AMI id", "write it like ami-0abc1234")
 
 
-def _check_bucket_base(base: str, az_id: str) -> None:
+def _check_bucket_base(base: str, az_id: str, region: str) -> None:
     # Directory bucket names are <base>--<azid>--x-s3 and at most 63 characters.
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{1,40}[a-z0-9]", base) or "--" in base:
         raise ConfigError(
@@ -433,3 +434,19 @@ def _check_bucket_base(base: str, az_id: str) -> None:
         )
     if len(f"{base}--{az_id}--x-s3") > 63:
         raise ConfigError(f"{PROJECT}:bucketBase", f"{base!r} is too long for a directory bucket name", "shorten it")
+    # The checkpoint bucket lives in the account's regional namespace (components/bucketnames.py):
+    # <base>-ckpt-<12-digit account>-<region>-an must still fit S3's 63 characters.
+    longest = checkpoint_bucket_name(base, "0" * 12, region)
+    if len(longest) > 63:
+        room = 63 - (len(longest) - len(base))
+        raise ConfigError(
+            f"{PROJECT}:bucketBase",
+            f"{base!r} makes the checkpoint bucket name {len(longest)} characters ({longest}); S3 allows 63",
+            f"set gpuforge:bucketBase to at most {room} characters (default is gpuforge-<stack>)",
+        )
+    if region in ACCOUNT_REGIONAL_UNSUPPORTED:
+        raise ConfigError(
+            "aws:region",
+            f"S3 account regional namespaces (the checkpoint bucket's) are not offered in {region}",
+            "deploy in another region",
+        )

@@ -13,9 +13,9 @@ import shlex
 import pulumi_aws as aws
 
 from bootstrap.versions import load_versions
+from components.bucketnames import checkpoint_bucket_name
 from components.config import StackConfig
 from components.fleet import FleetConfig
-from components.storage import checkpoint_bucket_name
 
 CHECKPOINT_DIR = "checkpoints"  # under the profile's scratch mount; training jobs write here
 
@@ -54,16 +54,22 @@ def aws_cli_image() -> str:
 
 def checkpoint_images(cfg: StackConfig) -> tuple[str, ...]:
     """What the checkpoint command runs; the bootstrap pulls it on spot nodes ahead of time."""
-    return (aws_cli_image(),) if checkpoint_command(cfg) else ()
+    return (aws_cli_image(),) if cfg.fleet.purchase_option == "spot" else ()
 
 
-def checkpoint_command(cfg: StackConfig) -> str | None:
+def checkpoint_command(cfg: StackConfig, account_id: str | None) -> str | None:
     """On spot, what the watcher runs on the 2-minute interruption notice: copy the node's
-    checkpoints to the stack's (regional, versioned) checkpoint bucket. None off spot."""
+    checkpoints to the stack's (regional, versioned) checkpoint bucket. None off spot.
+
+    The bucket's name carries the AWS account id (components/storage.py), so a spot stack's
+    command needs it: the program passes the caller identity's account.
+    """
     if cfg.fleet.purchase_option != "spot":
         return None
+    if account_id is None:
+        raise ValueError("a spot stack's checkpoint command needs the AWS account id (the bucket name carries it)")
     src = f"{cfg.profile.storage.scratch_mount.rstrip('/')}/{CHECKPOINT_DIR}"
-    dest = f"s3://{checkpoint_bucket_name(cfg.bucket_base, cfg.region)}/{cfg.stack}"
+    dest = f"s3://{checkpoint_bucket_name(cfg.bucket_base, account_id, cfg.region)}/{cfg.stack}"
     # The container reaches IMDSv2 for the node role's credentials (hop limit 2 in the template).
     # --pull never: the image was pulled at bootstrap; a download now would eat the 2 minutes.
     return (

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.bucketnames import ACCOUNT_REGIONAL, checkpoint_bucket_name
+
 
 @dataclass(frozen=True)
 class StorageArgs:
@@ -23,8 +25,6 @@ def directory_bucket_name(base: str, az_id: str) -> str:
     return f"{base}--{az_id}--x-s3"
 
 
-def checkpoint_bucket_name(base: str, region: str) -> str:
-    return f"{base}-checkpoints-{region}"
 
 
 class ClusterStorage(pulumi.ComponentResource):
@@ -63,9 +63,11 @@ class ClusterStorage(pulumi.ComponentResource):
             opts=child,
         )
 
+        account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id
         ckpt = aws.s3.Bucket(
             f"{name}-checkpoints",
-            bucket=checkpoint_bucket_name(args.bucket_base, args.region),
+            bucket=account.apply(lambda acct: checkpoint_bucket_name(args.bucket_base, acct, args.region)),
+            bucket_namespace=ACCOUNT_REGIONAL,
             force_destroy=False,
             tags={**args.tags, "Name": f"{name}-checkpoints"},
             opts=child,

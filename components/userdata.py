@@ -29,11 +29,12 @@ def metric_namespace(cfg: StackConfig) -> str | None:
     return str(agent["metrics"]["namespace"]) if agent is not None else None
 
 
-def stack_user_data(cfg: StackConfig, node_name: str | None = None) -> RenderedBootstrap:
+def stack_user_data(cfg: StackConfig, node_name: str | None = None, account_id: str | None = None) -> RenderedBootstrap:
+    """`account_id` names a spot stack's checkpoint bucket (components/storage.py); others ignore it."""
     return render_user_data(
         cfg,
         node_name,
-        checkpoint_command=checkpoint_command(cfg),
+        checkpoint_command=checkpoint_command(cfg, account_id),
         checkpoint_images=checkpoint_images(cfg),
         cloudwatch_agent=node_agent_config(cfg),
     )

@@ -9,6 +9,7 @@ import click
 from bootstrap.render import USER_DATA_FILE
 from common.errors import InputError
 from common.results import atomic_write
+from components.bucketnames import ACCOUNT_ID
 from components.config import parse_stack_config
 from gpuforge.commands.options import project_dir_option
 from gpuforge.stackfile import load_stack_config
@@ -23,8 +24,10 @@ def command() -> None:
 @click.option("--stack", "-s", required=True, help="Stack name (stacks/Pulumi.<stack>.yaml).")
 @click.option("--node", "node", default=None, help="Node name; default: the launch template's generic node.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output directory.")
+@click.option("--account-id", default=None, metavar="ACCOUNT",
+              help="AWS account id (12 digits); spot stacks only: it names the checkpoint bucket.")  # fmt: skip
 @project_dir_option
-def render(stack: str, node: str | None, out: Path, project_dir: Path) -> None:
+def render(stack: str, node: str | None, out: Path, account_id: str | None, project_dir: Path) -> None:
     """Render the user data of one node (or the launch template's) into OUT.
 
     OUT/user-data.yaml is the cloud-config; OUT/user-data.b64 is what the launch template
@@ -35,13 +38,20 @@ def render(stack: str, node: str | None, out: Path, project_dir: Path) -> None:
     Example:
       gpuforge bootstrap render --stack risk-sim --out out/risk-sim
       gpuforge bootstrap render --stack risk-sim --node risk-sim-node01 --out out/risk-sim-node01
+      gpuforge bootstrap render --stack vision-cv-training --account-id 123456789012 --out out/v
     """
     raw, _secrets = load_stack_config(project_dir.resolve(), stack)
     cfg = parse_stack_config(raw, stack)
     from components.userdata import stack_user_data  # imports pulumi: only when rendering
 
+    if cfg.fleet.purchase_option == "spot" and not (account_id and ACCOUNT_ID.fullmatch(account_id)):
+        raise InputError(
+            f"--account-id: {'not given' if account_id is None else repr(account_id) + ' is not 12 digits'}, but {stack} "
+            "is a spot stack whose checkpoint bucket name carries the account id",
+            "pass --account-id $(aws sts get-caller-identity --query Account --output text)",
+        )
     # What the stack's nodes boot: with the spot watcher and the CloudWatch agent where they apply.
-    rendered = stack_user_data(cfg, node)
+    rendered = stack_user_data(cfg, node, account_id=account_id)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory", "pass a directory path")
     for rel, text in rendered.files.items():

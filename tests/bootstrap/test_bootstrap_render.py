@@ -90,7 +90,7 @@ def test_oversized_user_data_is_refused_naming_the_size(stack_cfg: dict[str, Sta
 @pytest.mark.parametrize("stack", STACKS)
 def test_user_data_passes_cloud_init_schema(stack: str, stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
     f = tmp_path / "user-data.yaml"
-    f.write_text(stack_user_data(_spot(stack_cfg[stack]), None).files[USER_DATA_FILE])
+    f.write_text(stack_user_data(_spot(stack_cfg[stack]), None, account_id="123456789012").files[USER_DATA_FILE])
     cmd = ["cloud-init", "schema", "--config-file", str(f)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -110,7 +110,7 @@ def _write_tree(files: dict[str, str], root: Path) -> list[Path]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_scripts_are_valid_bash_and_pass_shellcheck(stack: str, stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
-    files = stack_user_data(_spot(stack_cfg[stack]), None).files  # every optional phase on
+    files = stack_user_data(_spot(stack_cfg[stack]), None, account_id="123456789012").files  # every optional phase on
     assert {"opt/gpuforge/phases/cloudwatch-agent.sh", "opt/gpuforge/phases/spot-watcher.sh"} <= set(files)
     scripts = _write_tree(files, tmp_path)
     assert len(scripts) >= 10

@@ -299,7 +299,7 @@ def test_spot_node_pulls_the_checkpoint_image_at_bootstrap_not_at_interruption(
     stack_cfg: dict[str, StackConfig], tmp_path: Path
 ) -> None:
     cfg = _spot(stack_cfg["nlp-inference"])
-    command, images = checkpoint_command(cfg), checkpoint_images(cfg)
+    command, images = checkpoint_command(cfg, "123456789012"), checkpoint_images(cfg)
     assert command is not None and images == (load_versions().aws_cli_image.image,) and images[0] in command
     sb = Sandbox(tmp_path, cfg, "n1", render_kwargs={"checkpoint_command": command, "checkpoint_images": images})
     assert sb.run().returncode == 0, sb.log()[-2000:]
@@ -326,8 +326,9 @@ def test_checkpoint_without_its_image_fails_fast_instead_of_downloading(
 ) -> None:
     cfg = _spot(stack_cfg["nlp-inference"])
     image = checkpoint_images(cfg)[0]
+    command = checkpoint_command(cfg, "123456789012")
     sb = Sandbox(
-        tmp_path, cfg, "n1", render_kwargs={"checkpoint_command": checkpoint_command(cfg), "checkpoint_images": (image,)},
+        tmp_path, cfg, "n1", render_kwargs={"checkpoint_command": command, "checkpoint_images": (image,)},
         env_overrides={"FAKE_FAIL": f"pull:{image}"},
     )  # fmt: skip
     assert sb.run().returncode != 0

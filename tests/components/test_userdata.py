@@ -39,8 +39,10 @@ def test_no_idle_alarm_no_agent_and_no_put_metric_data(cfg: StackConfig, monkeyp
 
 def test_spot_stack_pre_pulls_what_the_checkpoint_runs(cfg: StackConfig) -> None:
     spot = cfg.model_copy(update={"fleet": cfg.fleet.model_copy(update={"purchase_option": "spot"})})
-    r = userdata.stack_user_data(spot)
+    r = userdata.stack_user_data(spot, account_id="123456789012")
     assert r.plan is not None and r.plan.checkpoint_command and r.plan.checkpoint_images
+    # the bucket in the account's regional namespace (components/bucketnames.py)
+    assert f"s3://gpuforge-{cfg.stack}-ckpt-123456789012-us-east-1-an/" in r.plan.checkpoint_command
     image = r.plan.checkpoint_images[0]
     assert f"--pull never -v /scratch/checkpoints:/ckpt:ro {image} " in r.plan.checkpoint_command
     assert image in r.files["opt/gpuforge/phases/spot-watcher.sh"]

@@ -3,6 +3,8 @@ mock engine records for the real program (tests/policy/conftest.py `record`)."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import importlib
 import inspect
 
@@ -11,12 +13,17 @@ import pytest
 from bootstrap.render import render_user_data
 from common.errors import ConfigError
 from components.purchase import checkpoint_command
+from gpuforge.offline.mocks import MOCK_ACCOUNT
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 INSTANCE = "aws:ec2/instance:Instance"
 COST_TAGS = ("project", "team", "owner", "profile", "stack")
+
+
+def _maybe_gunzip(data: bytes) -> bytes:
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
 def one(run, token):
@@ -38,11 +45,18 @@ def test_spot_fixed_nodes_via_launch_template(record) -> None:
         "spotOptions": {"spotInstanceType": "one-time", "instanceInterruptionBehavior": "terminate", "maxPrice": "20"},
     }
     # the watcher copies checkpoints to this stack's checkpoint bucket on the interruption notice
-    command = checkpoint_command(result.config)
-    assert command is not None and "s3://gpuforge-vision-spot-checkpoints-us-east-1/vision-spot" in command
+    # the name carries the deploying account (here the mock engine's caller identity), in the
+    # account's regional namespace: another account's stack of the same name cannot collide
+    command = checkpoint_command(result.config, MOCK_ACCOUNT)
+    assert command is not None and f"s3://gpuforge-vision-spot-ckpt-{MOCK_ACCOUNT}-us-east-1-an/vision-spot" in command
+    bucket = one(result.run, "aws:s3/bucket:Bucket").inputs
+    assert bucket["bucket"] == f"gpuforge-vision-spot-ckpt-{MOCK_ACCOUNT}-us-east-1-an"
+    assert bucket["bucketNamespace"] == "account-regional"
+    lt_user_data = base64.b64decode(one(result.run, LT).inputs["userData"])
+    assert f"gpuforge-vision-spot-ckpt-{MOCK_ACCOUNT}-us-east-1-an".encode() in _maybe_gunzip(lt_user_data)
     files = render_user_data(result.config, None, checkpoint_command=command).files
     assert "opt/gpuforge/bin/gpuforge-spot-watcher" in files
-    assert checkpoint_command(record().config) is None  # on-demand: no watcher
+    assert checkpoint_command(record().config, MOCK_ACCOUNT) is None  # on-demand: no watcher
 
 
 def test_spot_autoscaling_uses_capacity_optimised_mixed_instances(record) -> None:
