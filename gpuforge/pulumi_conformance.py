@@ -448,7 +448,12 @@ def validate_stack(project: Project, stack_name: str, stack: StackFile) -> Repor
             continue
         if not found and (ct.value is not None or ct.default is not None):
             merged[full] = default_value(ct.default if ct.default is not None else ct.value)
-    if missing:
+    warnings = list(stack.warnings)
+    if missing and stack.has_environment:
+        # The CLI merges the stack's ESC environments first; they may hold these keys, and they
+        # cannot be opened offline. Say so rather than refuse what the CLI might accept.
+        warnings.append(f"not checked offline (ESC environment may set them): {', '.join(sorted(missing))}")
+    elif missing:
         raise _missing_keys_error(missing, stack_name)
 
     unverified: list[str] = []
@@ -456,7 +461,9 @@ def validate_stack(project: Project, stack_name: str, stack: StackFile) -> Repor
         ct = project.config[key]
         if ct.type is None:
             continue
-        value = merged.get(_project_key(project, key), Value(text=""))
+        if _project_key(project, key) not in merged:  # left to an ESC environment (warned above)
+            continue
+        value = merged[_project_key(project, key)]
         if ct.secret and not value.secure:
             raise ConformanceError(
                 f"Stack '{stack_name}' with configuration key '{key}' must be encrypted as it's secret",
@@ -480,7 +487,7 @@ def validate_stack(project: Project, stack_name: str, stack: StackFile) -> Repor
             )
     declared = {_project_key(project, k) for k in project.config}
     undeclared = sorted(f"{ns}:{name}" for ns, name in stack.config if ns == project.name and (ns, name) not in declared)
-    return Report(config=merged, warnings=stack.warnings, undeclared=undeclared, unverified=unverified)
+    return Report(config=merged, warnings=warnings, undeclared=undeclared, unverified=unverified)
 
 
 def check_stack(project_dir: Path, stack_name: str, stack_path: Path | None = None) -> Report:

@@ -99,6 +99,16 @@ def test_cli_case_untyped_values_not_validated_and_namespaces(tmp_path):
     assert pc.program_config(report)["test:instanceSize"] == "t4.large"
 
 
+def test_stack_with_an_esc_environment_is_not_refused_for_keys_it_may_set(tmp_path):
+    # config.go mergeConfig merges the stack's environment before looking for missing keys;
+    # environments cannot be opened offline, so the port warns instead of refusing.
+    project = _project(tmp_path, "name: test\nruntime: python\nconfig:\n  a:\n    type: string\n")
+    report = _validate(project, "environment:\n  - team/prod\nconfig: {}\n")
+    assert report.warnings == ["not checked offline (ESC environment may set them): a"]
+    with pytest.raises(pc.ConformanceError, match="missing configuration value 'a'"):
+        _validate(project, "config: {}\n")
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [  # project.go (*Project).Validate, each branch
