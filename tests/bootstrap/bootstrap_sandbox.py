@@ -203,11 +203,21 @@ class Sandbox:
         self.calls_before = len(self.calls())
         return subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False)
 
-    def calls(self) -> list[list[str]]:
+    def raw_calls(self) -> list[list[str]]:
         log = self.state / "calls.log"
         if not log.exists():
             return []
         return [line.split("\t") for line in log.read_text().splitlines()]
+
+    def calls(self) -> list[list[str]]:
+        """Calls as the tests compare them: apt-get without its leading `-o KEY=VALUE` options."""
+        out = []
+        for call in self.raw_calls():
+            c = call
+            while c[0] == "apt-get" and len(c) > 2 and c[1] == "-o":
+                c = [c[0], *c[3:]]
+            out.append(c)
+        return out
 
     def last_run_calls(self) -> list[list[str]]:
         return self.calls()[self.calls_before :]

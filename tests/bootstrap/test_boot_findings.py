@@ -231,3 +231,11 @@ def test_spot_watcher_checkpoints_again_after_a_stop_start(stack_cfg: dict[str, 
     subprocess.run(watcher, env=env, capture_output=True, text=True, timeout=30, check=True)
     assert marker.read_text() == "saved\nsaved\n", "the next interruption checkpoints again"
 
+
+
+def test_every_apt_get_of_a_run_waits_for_the_dpkg_lock(efa_run: Sandbox) -> None:
+    """No phase calls apt-get around lib.sh's lock handling (test_dpkg_lock.py shows what it does)."""
+    apt = [c for c in efa_run.raw_calls() if c[0] == "apt-get"]
+    assert apt and all(c[1:3] == ["-o", "DPkg::Lock::Timeout=1800"] for c in apt), apt
+    conf = (efa_run.root / "etc/apt/apt.conf.d/90gpuforge-dpkg-lock").read_text()
+    assert conf.strip() == 'DPkg::Lock::Timeout "1800";'

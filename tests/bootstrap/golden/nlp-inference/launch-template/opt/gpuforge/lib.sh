@@ -33,6 +33,62 @@ installed() {
   [ -z "${2:-}" ] || [ "${got#* }" = "$2" ]
 }
 
+# The dpkg lock. At first boot unattended-upgrades (apt-daily*.service) often holds it, and a
+# plain apt-get then exits 100 at once (canonical/cloud-init#2908). apt waits for the dpkg
+# frontend lock when DPkg::Lock::Timeout is set (the base phase also writes it to apt.conf.d,
+# so the EFA installer's own apt-get calls wait too), but apt-get update does not wait for the
+# lists lock with it, nor does dpkg or apt-mark (checked with apt 2.6's apt-get against a held
+# lock, tests/bootstrap/test_dpkg_lock.py). lock_wait covers those: it asks with F_GETLK, as
+# apt and dpkg take these fcntl locks, without taking them itself.
+LOCK_WAIT_S="${GPUFORGE_LOCK_WAIT_S:-1800}"
+APT_LOCK=(-o "DPkg::Lock::Timeout=$LOCK_WAIT_S")
+lock_wait() {
+  python3 - "$R" "$LOCK_WAIT_S" <<'PY' || die "dpkg/apt lock still held after ${LOCK_WAIT_S}s"
+import fcntl, os, struct, sys, time
+root, limit = sys.argv[1], float(sys.argv[2])
+locks = [root + p for p in ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock")]
+fmt = "hhqqi4x"  # struct flock on LP64 Linux (x86_64, aarch64)
+end, said = time.monotonic() + limit, False
+while True:
+    held = []
+    for path in locks:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            kind, _, _, _, pid = struct.unpack(fmt, fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(fmt, fcntl.F_WRLCK, 0, 0, 0, 0)))
+        finally:
+            os.close(fd)
+        if kind != fcntl.F_UNLCK:
+            try:
+                name = open(f"/proc/{pid}/comm").read().strip()
+            except OSError:
+                name = "?"
+            held.append(f"{path} by pid {pid} ({name})")
+    if not held:
+        sys.exit(0)
+    if time.monotonic() > end:
+        print("still held: " + "; ".join(held), file=sys.stderr)
+        sys.exit(1)
+    if not said:
+        print("waiting for " + "; ".join(held), file=sys.stderr)
+        said = True
+    time.sleep(1)
+PY
+}
+
+apt_update() {
+  local try
+  for try in 1 2 3; do
+    lock_wait
+    if apt-get "${APT_LOCK[@]}" update -q; then return 0; fi
+    log "apt-get update failed (try $try/3)"
+    sleep "${GPUFORGE_POLL_S:-5}"
+  done
+  die "apt-get update failed 3 times"
+}
+
 # apt_install PKG[=VERSION]...: installs only what is missing, so a second run installs nothing.
 apt_install() {
   local missing=() spec
@@ -41,8 +97,10 @@ apt_install() {
     else installed "$spec" || missing+=("$spec"); fi
   done
   [ "${#missing[@]}" -eq 0 ] && return 0
-  if [ ! -f "$STATE/apt-updated" ]; then apt-get update -q; touch "$STATE/apt-updated"; fi
-  apt-get install -y -q --no-install-recommends --allow-downgrades "${missing[@]}"
+  if [ ! -f "$STATE/apt-updated" ]; then apt_update; touch "$STATE/apt-updated"; fi
+  lock_wait
+  apt-get "${APT_LOCK[@]}" install -y -q --no-install-recommends --allow-downgrades "${missing[@]}" ||
+    die "exit $? from: apt-get install ${missing[*]}"
   changed "installed ${missing[*]}"
 }
 
@@ -51,7 +109,12 @@ hold() {
   local held
   held=$(apt-mark showhold)
   local p
-  for p in "$@"; do grep -qx "$p" <<<"$held" || { apt-mark hold "$p" >/dev/null; changed "held $p"; }; done
+  for p in "$@"; do
+    grep -qx "$p" <<<"$held" && continue
+    lock_wait  # apt-mark hold goes through dpkg --set-selections, which takes the dpkg lock
+    apt-mark hold "$p" >/dev/null
+    changed "held $p"
+  done
 }
 
 # IMDSv2 only (the launch template requires tokens). Every call is bounded: an IMDS that

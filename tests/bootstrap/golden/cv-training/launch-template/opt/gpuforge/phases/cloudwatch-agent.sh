@@ -22,6 +22,7 @@ if [ "$(cat "$cwa/bin/CWAGENT_VERSION" 2>/dev/null)" != "$ver" ]; then
   sig=$(gpg --homedir "$tmp/gnupg" --batch --status-fd 1 --verify "$tmp/agent.deb.sig" "$tmp/agent.deb" 2>/dev/null || true)
   grep -Eq "^\[GNUPG:\] VALIDSIG .* $fpr\$" <<<"$sig" || die "CloudWatch agent $ver: signature does not verify with key $fpr"
   log "CloudWatch agent $ver: signature verified with key $fpr"
+  lock_wait
   dpkg -i "$tmp/agent.deb" || die "dpkg -i amazon-cloudwatch-agent $ver failed"
   rm -rf "$tmp"
   [ "$(cat "$cwa/bin/CWAGENT_VERSION" 2>/dev/null)" = "$ver" ] || die "CloudWatch agent is not $ver after installing it"

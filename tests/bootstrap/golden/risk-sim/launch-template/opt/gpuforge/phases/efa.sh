@@ -10,6 +10,7 @@ if ! grep -q "EFA installer version: $ver" "$R/opt/amazon/efa_installed_packages
   tmp=$(mktemp -d "$STATE/efa.XXXXXX")
   fetch https://efa-installer.amazonaws.com/aws-efa-installer-1.34.0.tar.gz "$tmp/efa.tar.gz" sha256 bd68839e741b0afd3ec2e37d50603803cfa7a279c120f0a736cc57c2ff2d7fdc
   tar -xzf "$tmp/efa.tar.gz" -C "$tmp"
+  lock_wait  # the installer runs apt-get update and dpkg itself
   (cd "$tmp/aws-efa-installer" && ./efa_installer.sh -y)
   rm -rf "$tmp"
   changed "installed EFA installer $ver"

@@ -3,6 +3,9 @@
 # Phase base: base packages, time sync (Amazon Time Sync), hostname from the inventory name
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
+# Every apt-get on this node waits for the dpkg lock instead of failing (see lib.sh lock_wait),
+# including the ones inside vendor installers (EFA).
+put "$R/etc/apt/apt.conf.d/90gpuforge-dpkg-lock" "DPkg::Lock::Timeout \"$LOCK_WAIT_S\";"
 apt_install ca-certificates curl gnupg chrony mdadm nvme-cli pciutils build-essential python3
 
 # Amazon Time Sync Service (link-local, no internet needed); chrony prefers it over the pool.
