@@ -1,7 +1,7 @@
 """The one result model shared by preflight and validate (DESIGN.md), and its renderings.
 
 Every check yields `CheckResult`s. Missing, unparsed or timed-out evidence is `unknown` or
-`error`, never `pass`. A `Report` renders as a rich table, JSON, or JUnit XML, and decides
+`error`, never `pass`. A `Report` renders as records (a table or plain lines, common/table.py), JSON, or JUnit XML, and decides
 the exit code: 1 when any result is `error` (or `unknown` when unknowns are not allowed).
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import EXIT_CHECKS_FAILED, EXIT_OK
+from common.table import Column, Rows, kv
 
 
 class Level(str, Enum):
@@ -89,22 +90,17 @@ class Report:
         }
         return json.dumps(doc, indent=2, default=str, sort_keys=False)
 
-    def render_table(self, title: str | None = None) -> Any:
-        from rich.table import Table  # imported here: JSON output should not pay for rich
+    def rows(self, title: str | None = None) -> Rows:
+        """The results as records for `common.table.emit`: a table on a terminal, plain in a pipe.
 
-        table = Table(title=title or self.kind, show_lines=False, expand=False)
-        for col in ("check", "level", "targets", "observed", "expected", "message"):
-            table.add_column(col, overflow="fold")
+        Observed and expected values are `key=value` words, never JSON cut off with `…`.
+        """
+        styles = {lvl.value: style for lvl, style in _STYLE.items()}
+        out = Rows(title or self.kind, [Column("check"), Column("level", styles=styles), Column("targets"),
+                                        Column("observed"), Column("expected"), Column("message")])
         for r in self.results:
-            table.add_row(
-                r.check,
-                f"[{_STYLE[r.level]}]{r.level.value}[/]",
-                fold_targets(r.targets),
-                _short(r.observed),
-                _short(r.expected),
-                r.message,
-            )
-        return table
+            out.add(r.check, r.level.value, fold_targets(r.targets), kv(r.observed), kv(r.expected), r.message)
+        return out
 
     def write_junit(self, path: Path) -> None:
         """JUnit XML: one testcase per result; error -> failure, unknown -> error, info/warning pass."""
@@ -149,11 +145,6 @@ def _case_name(r: CheckResult) -> str:
 
 def _detail(r: CheckResult) -> str:
     return f"observed: {r.observed!r}\nexpected: {r.expected!r}\n{r.message}"
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = "-" if value is None else value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def atomic_write(path: Path, text: str) -> None:

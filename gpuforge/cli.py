@@ -8,15 +8,19 @@ with no traceback unless `--debug` is given.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
 import click
 
-from common.errors import EXIT_BAD_INPUT, GpuforgeError
+from common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, GpuforgeError
 from gpuforge import __version__
+from gpuforge.commands.options import PROJECT_DIR_HELP, project_dir_from_args
 
 # name -> (module, one-line help). The module exposes a click command called `command`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -51,9 +55,10 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gpuforge")
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (the exit code stays the same).")
+@click.option("--project-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help=PROJECT_DIR_HELP)
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, project_dir: Path | None) -> None:
     """gpuforge: GPU clusters on AWS as code, proven before anyone trains on them.
 
     \b
@@ -66,25 +71,80 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    ctx.obj["project_dir"] = project_dir
 
 
 def main(argv: list[str] | None = None) -> Any:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    """The console script: every failure leaves as `error:` / `fix:` lines and an exit code.
+
+    Click runs with standalone_mode=False so that its own usage errors, its `Aborted!` on
+    Ctrl-C and raw OSErrors all pass through the one renderer below (issue 13 item 7).
+    --debug adds the traceback but keeps the exit code: 1 means "checks failed", never a crash.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    use_project_code(args)
     try:
-        return cli.main(args=argv, prog_name="gpuforge", standalone_mode=True)
+        rv = cli.main(args=args, prog_name="gpuforge", standalone_mode=False)
     except GpuforgeError as exc:
-        if debug:
-            raise
-        click.echo(exc.render(), err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("error: interrupted", err=True)
-        sys.exit(130)
+        _fail(exc.render(), exc.exit_code, debug)
+    except click.UsageError as exc:
+        _fail(render_usage_error(exc), EXIT_BAD_INPUT, debug)
+    except click.ClickException as exc:  # BadParameter on a file, and the like
+        _fail(f"error: {exc.format_message()}", EXIT_BAD_INPUT, debug)
+    except (click.Abort, KeyboardInterrupt):
+        # Ctrl-C: whatever was half-done has been cleaned up by the command's own handlers.
+        click.echo("\nerror: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except OSError as exc:  # unreadable file, full disk: a clear line, not a traceback
-        if debug:
-            raise
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        _fail(humanise_os_error(exc), EXIT_BAD_INPUT, debug)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(text: str, code: int, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    click.echo(text, err=True)
+    sys.exit(code)
+
+
+def render_usage_error(exc: click.UsageError) -> str:
+    """Click's usage errors in gpuforge's style: one `error:` line and a `fix:` line."""
+    path = exc.ctx.command_path if exc.ctx is not None else "gpuforge"
+    return f"error: {exc.format_message()}\n  fix: see `{path} --help`"
+
+
+def humanise_os_error(exc: OSError) -> str:
+    what = exc.filename if exc.filename is not None else ""
+    reason = (exc.strerror or str(exc)).lower()
+    hint = _OS_HINTS.get(exc.errno or 0, "check the path and try again")
+    return f"error: {what}: {reason}\n  fix: {hint}" if what else f"error: {reason}\n  fix: {hint}"
+
+
+_OS_HINTS = {
+    errno.ENOTDIR: "a part of that path is a file, not a directory; choose another path",
+    errno.EISDIR: "that path is a directory; give a file path",
+    errno.ENOENT: "check that the path exists",
+    errno.EACCES: "check the file's permissions, or choose a path you may write",
+    errno.EPERM: "check the file's permissions, or choose a path you may write",
+    errno.ENOSPC: "free some disk space, or write somewhere else",
+    errno.EROFS: "the file system is read-only; write somewhere else",
+}
+
+
+def use_project_code(args: list[str]) -> None:
+    """Import the project's own components, catalog and profiles, as Pulumi does.
+
+    The Pulumi language host runs `__main__.py` with the project directory first on sys.path,
+    so `pulumi up` uses the project's `components/` (its catalog and profiles included), not an
+    installed copy. gpuforge does the same before any of those packages is imported, so `cost`,
+    `preview` and `catalog` read an edited price in the project directory (issue 13 item 5).
+    """
+    project = project_dir_from_args(args)
+    if project is not None and (project / "components" / "__init__.py").is_file():
+        path = str(project)
+        if path not in sys.path:
+            sys.path.insert(0, path)
 
 
 if __name__ == "__main__":

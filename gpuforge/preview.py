@@ -29,6 +29,8 @@ class PreviewResult:
     cost: CostEstimate
     violations: list[Any] = field(default_factory=list)  # gpuforge.policycheck.Violation
     policies_checked: bool = False
+    policy_names: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,8 +47,10 @@ class PreviewResult:
             "bootstrap": {"mirror": self.config.mirror.to_dict()},
             "policies": {
                 "checked": self.policies_checked,
+                "names": self.policy_names,
                 "violations": [v.to_dict() for v in self.violations],
             },
+            "warnings": self.warnings,
         }
 
     def to_json(self) -> str:
@@ -87,12 +91,22 @@ def run_preview(project_dir: Path, stack: str, policies: bool = False) -> Previe
     _check_kubernetes_schema(cfg, run)
     result = PreviewResult(cfg, run, estimate(cfg))
     if policies:  # the guardrail pack (policy/), over the graph just recorded
+        from components.fleet import guardrails
         from gpuforge.policycheck import check_graph
-        from policy.policies import teams_config
+        from gpuforge.teams import load_teams_reporting
+        from policy.policies import POLICIES
 
-        # quotas from this project's team files, the same files `stack new` reads
-        result.violations = check_graph(run.resources, teams_config(project_dir / "stacks" / "teams"))
+        # Quotas from this project's team files, the same files `stack new` reads. A broken file
+        # of another team is a warning here; the stack's own team's file must be valid.
+        teams, problems = load_teams_reporting(project_dir / "stacks" / "teams")
+        if cfg.team in problems:
+            raise GpuforgeError(problems[cfg.team], f"fix stacks/teams/{cfg.team}.yaml (see platform.yaml for the fields)")
+        result.warnings += [f"{msg}; team {name}'s GPU quota is not checked" for name, msg in problems.items()]
+        config = {"teamQuotas": {n: t.gpu_quota for n, t in teams.items()},
+                  "headroomFraction": guardrails()["quota"]["headroom_fraction"]}
+        result.violations = check_graph(run.resources, config)
         result.policies_checked = True
+        result.policy_names = [p.name for p in POLICIES]
     return result
 
 

@@ -66,3 +66,16 @@ def load_team(name: str, directory: Path = TEAMS_DIR) -> Team:
 
 def load_teams(directory: Path = TEAMS_DIR) -> dict[str, Team]:
     return {name: load_team(name, directory) for name in team_names(directory)}
+
+
+def load_teams_reporting(directory: Path = TEAMS_DIR) -> tuple[dict[str, Team], dict[str, str]]:
+    """Every valid team, and for each invalid team file its error: one broken file must not
+    stop the preview of every other team's stacks (issue 13 item 6)."""
+    teams: dict[str, Team] = {}
+    problems: dict[str, str] = {}
+    for name in team_names(directory):
+        try:
+            teams[name] = load_team(name, directory)
+        except InputError as exc:
+            problems[name] = exc.message
+    return teams, problems

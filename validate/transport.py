@@ -34,7 +34,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -129,18 +128,55 @@ def run_many(
     max_workers: int,
     on_done: Callable[[Job, CommandResult], None] | None = None,
 ) -> list[CommandResult]:
-    """Run jobs with at most `max_workers` at once; results in job order."""
+    """Run jobs with at most `max_workers` at once; results in job order.
+
+    The workers are daemon threads, not a ThreadPoolExecutor: the executor's shutdown and its
+    exit hook join every running job, so Ctrl-C waited out each node's connect and command
+    bounds (57 s seen; issue 13). Here an interrupt in the main thread stops handing out jobs
+    and propagates at once; the caller closes the transport, and the process may exit while a
+    worker still sits in a socket read.
+    """
     if not jobs:
         return []
+    results: list[CommandResult | None] = [None] * len(jobs)
+    failures: list[BaseException] = []
+    pending = iter(range(len(jobs)))
+    lock = threading.Lock()
+    finished = threading.Condition(lock)
+    stop = threading.Event()
+    left = [len(jobs)]
 
-    def one(job: Job) -> CommandResult:
-        res = transport.run(job.node, job.command, job.timeout_s)
-        if on_done is not None:
-            on_done(job, res)
-        return res
+    def worker() -> None:
+        while not stop.is_set():
+            with lock:
+                i = next(pending, None)
+            if i is None:
+                return
+            try:
+                res = transport.run(jobs[i].node, jobs[i].command, jobs[i].timeout_s)
+                if on_done is not None:
+                    on_done(jobs[i], res)
+                results[i] = res
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+                failures.append(exc)
+                stop.set()
+            with finished:
+                left[0] -= 1
+                finished.notify_all()
 
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(jobs))), thread_name_prefix="gf-ssh") as pool:
-        return list(pool.map(one, jobs))
+    for k in range(max(1, min(max_workers, len(jobs)))):
+        threading.Thread(target=worker, name=f"gf-ssh-{k}", daemon=True).start()
+    try:
+        with finished:
+            # A bounded wait in a loop: the main thread wakes to take a SIGINT promptly.
+            while left[0] and not failures:
+                finished.wait(0.2)
+    except BaseException:
+        stop.set()
+        raise
+    if failures:
+        raise failures[0]
+    return [r for r in results if r is not None]
 
 
 # ----------------------------------------------------------------------------- local

@@ -9,17 +9,10 @@ from typing import Any
 import click
 
 from common.errors import InputError
+from common.table import Column, Rows, emit, format_option
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 
-FORMATS = ("table", "json")
 DEFAULT_REGION = "us-east-1"
-
-
-def _format(value: str) -> str:
-    # Checked here, not by click.Choice, so a bad value reads `error: --format ...` like every other error.
-    if value not in FORMATS:
-        raise InputError(f"--format: {value!r} is not a format{did_you_mean(value, FORMATS)}", "use table or json")
-    return value
 
 
 def _region(catalog: Catalog, region: str, flag: str = "--region") -> str:
@@ -67,10 +60,9 @@ def _type_row(it: InstanceType, region: str | None) -> dict[str, Any]:
 @command.command("list")
 @click.option("--family", help="Only this family (p4d, g5, ...).")
 @click.option("--region", help="Only types offered in this region; adds its prices and AZ IDs.")
-@click.option("--format", "fmt", default="table", show_default=True, help="table or json.")
+@format_option
 def list_cmd(family: str | None, region: str | None, fmt: str) -> None:
     """List the catalog's instance types."""
-    fmt = _format(fmt)
     catalog = load_catalog()
     types = list(catalog.instance_types.values())
     if family is not None:
@@ -88,13 +80,10 @@ def list_cmd(family: str | None, region: str | None, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps({"region": region, "instance_types": rows}, indent=2))
         return
-    from rich.table import Table
-
-    table = Table(title=f"instance types{' in ' + region if region else ''}")
     heads = ["type", "GPUs", "vCPU", "RAM GiB", "Gbps", "EFA", "NVMe", "GPU link"]
     heads += ["on-demand $/h", "spot $/h", "AZ IDs"] if region else []
-    for col in heads:
-        table.add_column(col, overflow="fold")
+    table = Rows(f"instance types{' in ' + region if region else ''}",
+                 [Column(h, justify="right" if h in _NUMERIC else "left") for h in heads])
     for r in rows:
         cells = [
             r["instance_type"],
@@ -108,24 +97,26 @@ def list_cmd(family: str | None, region: str | None, fmt: str) -> None:
         ]
         if region:
             cells += [_cell(r["on_demand_usd_per_hour"]), _cell(r["spot_usd_per_hour"]), _cell(r["az_ids"])]
-        table.add_row(*cells)
-    _console().print(table)
+        table.add(*cells)
+    emit(table, fmt)
+
+
+_NUMERIC = {"vCPU", "RAM GiB", "Gbps", "EFA", "on-demand $/h", "spot $/h"}
 
 
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, list):
-        return ",".join(value) or "-"
+        return ", ".join(value) or "-"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @command.command("show")
 @click.argument("instance_type")
-@click.option("--format", "fmt", default="table", show_default=True, help="table or json.")
+@format_option
 def show_cmd(instance_type: str, fmt: str) -> None:
     """Everything the catalog knows about one instance type, with prices per region."""
-    fmt = _format(fmt)
     catalog = load_catalog()
     if instance_type not in catalog.instance_types:
         raise InputError(
@@ -150,35 +141,30 @@ def show_cmd(instance_type: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2))
         return
-    from rich.table import Table
-
-    facts = Table(title=it.name, show_header=False)
+    facts = Rows(it.name, [Column("fact"), Column("value")])
     for key, value in doc.items():
         if key not in ("offerings", "gpu"):
-            facts.add_row(key, _cell(value))
+            facts.add(key, _cell(value))
     for key, value in doc["gpu"].items():
-        facts.add_row(f"gpu.{key}", _cell(value) if not isinstance(value, list) else ",".join(value) or "-")
-    prices = Table(title="offerings")
-    for col in ("region", "on-demand $/h", "spot $/h", "AZ IDs"):
-        prices.add_column(col)
+        facts.add(f"gpu.{key}", _cell(value) if not isinstance(value, list) else ",".join(value) or "-")
+    prices = Rows("offerings", [Column("region"), Column("on-demand $/h", justify="right"),
+                                Column("spot $/h", justify="right"), Column("AZ IDs")])
     for region, o in doc["offerings"].items():
-        prices.add_row(region, _cell(o["on_demand_usd_per_hour"]), _cell(o["spot_usd_per_hour"]), _cell(o["az_ids"]))
-    console = _console()
-    console.print(facts)
-    console.print(prices)
+        prices.add(region, _cell(o["on_demand_usd_per_hour"]), _cell(o["spot_usd_per_hour"]), _cell(o["az_ids"]))
+    emit(facts, fmt)
+    emit(prices, fmt)
 
 
 @command.command("suggest")
 @click.option("--profile", "profile_name", required=True, help="A profile in components/profiles.")
 @click.option("--region", default=DEFAULT_REGION, show_default=True)
-@click.option("--format", "fmt", default="table", show_default=True, help="table or json.")
+@format_option
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Show the N best shapes.")
 def suggest_cmd(profile_name: str, region: str, fmt: str, top: int) -> None:
     """Catalog shapes (type × nodes) for a profile's requirements: fit, gaps, price."""
     from components.profiles import UnknownProfileError, load_profile
     from components.resolver import ResolveError, resolve
 
-    fmt = _format(fmt)
     catalog = load_catalog()
     _region(catalog, region)
     try:
@@ -203,29 +189,34 @@ def suggest_cmd(profile_name: str, region: str, fmt: str, top: int) -> None:
         }
         click.echo(json.dumps(doc, indent=2))
         return
-    _print_suggestions(profile.name, region, shown, len(ranked))
+    _print_suggestions(profile.name, region, shown, len(ranked), fmt)
 
 
-def _print_suggestions(profile: str, region: str, shown: list[Any], total: int) -> None:
+def _print_suggestions(profile: str, region: str, shown: list[Any], total: int, fmt: str) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
     # A compact ranking first, then the explanations as text: long sentences read badly in table cells.
-    table = Table(title=f"shapes for {profile} in {region} (best first; {len(shown)} of {total})")
-    for col in ("#", "shape", "GPUs", "fit", "on-demand $/h", "spot $/h"):
-        table.add_column(col, justify="right" if "$" in col or col == "#" else "left", no_wrap=col == "shape")
+    fit_styles = {"exact": "green"}
+    table = Rows(f"shapes for {profile} in {region} (best first; {len(shown)} of {total})",
+                 [Column("#", justify="right"), Column("shape"), Column("GPUs"), Column("fit", styles=fit_styles),
+                  Column("on-demand $/h", justify="right"), Column("spot $/h", justify="right")])
     for i, c in enumerate(shown, 1):
-        fit = "[green]exact[/]" if c.fit == "exact" else f"[yellow]{len(c.gaps)} gap(s)[/]"
-        table.add_row(
+        table.add(
             str(i),
             c.label,
             f"{c.gpus_total}×{c.gpu_model}",
-            fit,
+            "exact" if c.fit == "exact" else f"{len(c.gaps)} gap(s)",
             _cell(None if c.on_demand_usd_per_hour is None else round(c.on_demand_usd_per_hour, 3)),
             _cell(None if c.spot_usd_per_hour is None else round(c.spot_usd_per_hour, 3)),
         )
+    emit(table, fmt)
+    if fmt == "plain":  # the explanations as comment lines: the records above stay one per line
+        for i, c in enumerate(shown, 1):
+            for prefix, lines in (("gap", c.gaps), ("more", c.surpluses), ("note", c.notes)):
+                for line in lines:
+                    click.echo(f"# {i} {prefix}: {line}")
+        return
     console = _console()
-    console.print(table)
     for i, c in enumerate(shown, 1):
         console.print(f"\n[bold]{i}. {c.label}[/] ({c.node_reason})")
         for prefix, style, lines in (
@@ -246,7 +237,7 @@ def _print_suggestions(profile: str, region: str, shown: list[Any], total: int) 
     default=None,
     help="Directory to write the catalog files to (default: the shipped catalog directory).",
 )
-@click.option("--format", "fmt", default="table", show_default=True, help="table or json.")
+@format_option
 def refresh_cmd(regions: str | None, out: Path | None, fmt: str) -> None:
     """Rewrite the catalog from the AWS APIs with your credentials (EC2 and Pricing).
 
@@ -254,7 +245,6 @@ def refresh_cmd(regions: str | None, out: Path | None, fmt: str) -> None:
     the existing catalog; where an API is not served or forbidden, the old value is kept and
     the report says so per field.
     """
-    fmt = _format(fmt)
     catalog = load_catalog()
     wanted = [r.strip() for r in regions.split(",") if r.strip()] if regions else list(catalog.regions)
     if not wanted:
@@ -267,14 +257,9 @@ def refresh_cmd(regions: str | None, out: Path | None, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
-    from rich.table import Table
-
-    table = Table(title=f"catalog refresh -> {report.out_dir}")
-    for col in ("field", "scope", "status", "detail"):
-        table.add_column(col, overflow="fold")
+    table = Rows(f"catalog refresh -> {report.out_dir}",
+                 [Column("field"), Column("scope"), Column("status", styles={"refreshed": "green"}), Column("detail")])
     for item in report.items:
-        style = "green" if item.status == "refreshed" else "yellow"
-        table.add_row(item.field, item.scope, f"[{style}]{item.status}[/]", item.detail)
-    console = _console()
-    console.print(table)
-    console.print(f"wrote {', '.join(report.written)}")
+        table.add(item.field, item.scope, item.status, item.detail)
+    emit(table, fmt)
+    click.echo(f"wrote {', '.join(report.written)}", err=fmt == "plain")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from common.table import Column, Rows, format_option, print_table, terminal_width
 from components.config import parse_stack_config
 from components.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
 from gpuforge.commands.options import project_dir_option
@@ -15,14 +16,15 @@ from gpuforge.stackfile import load_stack_config
 
 @click.command("cost")
 @click.option("--stack", "-s", "stacks", multiple=True, required=True, help="Stack name; repeat for several.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option
 @project_dir_option
 def command(stacks: tuple[str, ...], fmt: str, project_dir: Path) -> None:
     """Cost of one or more stacks: on-demand, spot, 1- and 3-year commitments.
 
     Compute and storage, per node and in total, per hour and per 30 days, and per GPU-hour;
-    then the seeds' hybrid deployment over the stacks given (training on spot, inference on a
-    1-year commitment) with its saving against all on-demand.
+    then a hybrid deployment over the stacks given (training on spot, inference on a 1-year
+    commitment) with its saving against all on-demand. The option each stack is configured to
+    buy (gpuforge:purchaseOption) is marked.
 
     \b
     Examples:
@@ -31,17 +33,22 @@ def command(stacks: tuple[str, ...], fmt: str, project_dir: Path) -> None:
     """
     project_dir = project_dir.resolve()
     costs = []
+    used: dict[str, str] = {}
     for stack in dict.fromkeys(stacks):  # keep order, drop repeats
         raw, _ = load_stack_config(project_dir, stack)
-        costs.append(stack_cost(parse_stack_config(raw, stack)))
+        cfg = parse_stack_config(raw, stack)
+        costs.append(stack_cost(cfg))
+        used[cfg.stack] = cfg.fleet.purchase_option.replace("-", "_")  # "on-demand" -> OPTIONS' "on_demand"
     mix = hybrid(costs)
     if fmt == "json":
-        click.echo(json.dumps(report(costs, mix), indent=2))
+        click.echo(json.dumps(report(costs, mix, used), indent=2))
+    elif fmt == "plain":
+        _print_plain(costs, mix, used)
     else:
-        _print_table(costs, mix)
+        _print_table(costs, mix, used)
 
 
-def report(costs: list[StackCost], mix: Hybrid) -> dict[str, object]:
+def report(costs: list[StackCost], mix: Hybrid, used: dict[str, str] | None = None) -> dict[str, object]:
     data = load_purchase_data()
     totals = {
         option: {
@@ -52,7 +59,7 @@ def report(costs: list[StackCost], mix: Hybrid) -> dict[str, object]:
     }
     return {
         "currency": "USD",
-        "stacks": [c.to_dict() for c in costs],
+        "stacks": [c.to_dict() | ({"purchase_option": used[c.stack]} if used else {}) for c in costs],
         "total": {o: {k: None if v is None else round(v, 4) for k, v in t.items()} for o, t in totals.items()},
         "hybrid": mix.to_dict(),
         "assumptions": {key: {"discount": c.discount, "source": c.source} for key, c in data.commitments.items()},
@@ -62,7 +69,8 @@ def report(costs: list[StackCost], mix: Hybrid) -> dict[str, object]:
 
 NOTES = [
     "on-demand and spot prices: catalog snapshot (components/catalog/meta.yaml); spot moves hourly",
-    "1- and 3-year figures apply the seed's 40%-60% commitment range to the on-demand price (seed assumption, not an AWS quote)",
+    "1- and 3-year figures take 40% and 60% off the on-demand price (the usual range for reserved instances "
+    "and savings plans; an assumption, not an AWS quote)",
     "storage (EBS root and data volumes) costs the same under every option; S3 is billed by usage, not estimated",
     "EKS stacks: control plane and on-demand system nodes (catalog/platform_prices.yaml, list prices not re-checked "
     "offline) cost the same under every option and are in the totals, not in node-h or GPU-h",
@@ -70,29 +78,58 @@ NOTES = [
 ]
 
 
-def _print_table(costs: list[StackCost], mix: Hybrid) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    for c in costs:
-        table = Table(
-            caption="USD; node-h = per node-hour, GPU-h = per GPU-hour (storage included)",
-            title=f"{c.stack}: {c.node_count}× {c.instance_type} in {c.region} ({c.node_count * c.gpus_per_node} GPUs, {c.role})",
+def _rows(c: StackCost, used: str) -> Rows:
+    rows = Rows(
+        f"{c.stack}: {c.node_count}× {c.instance_type} in {c.region} ({c.node_count * c.gpus_per_node} GPUs, {c.role})",
+        [Column("option"), *(Column(h, justify="right") for h in _MONEY_HEADS), Column("stack uses")],
+        caption="USD; node-h = per node-hour, GPU-h = per GPU-hour (storage included)",
+    )
+    for option in OPTIONS:
+        rows.add(
+            OPTION_LABELS[option],
+            _money(c.compute_per_node[option], 4),
+            _money(c.storage_per_node, 4),
+            _money(c.per_node_hourly(option), 4),
+            _money(c.hourly(option)),
+            _money(c.thirty_days(option)),
+            _money(c.per_gpu_hour(option), 4),
+            "yes" if option == used else "-",
         )
-        for col in ("option", "compute/node-h", "storage/node-h", "node-h", "total/h", "total/30 d", "GPU-h"):
-            table.add_column(col, justify="left" if col == "option" else "right")
-        for option in OPTIONS:
-            table.add_row(
-                OPTION_LABELS[option],
-                _money(c.compute_per_node[option], 4),
-                _money(c.storage_per_node, 4),
-                _money(c.per_node_hourly(option), 4),
-                _money(c.hourly(option)),
-                _money(c.thirty_days(option)),
-                _money(c.per_gpu_hour(option), 4),
-            )
-        console.print(table)
+    return rows
+
+
+_MONEY_HEADS = ("compute/node-h", "storage/node-h", "node-h", "total/h", "total/30 d", "GPU-h")
+
+
+def _print_plain(costs: list[StackCost], mix: Hybrid, used: dict[str, str]) -> None:
+    """One record per stack and option, with the stack's name in every line (grep-able)."""
+    click.echo("# " + "\t".join(("stack", "option", *_MONEY_HEADS, "stack uses")))
+    for c in costs:
+        for row in _rows(c, used[c.stack]).rows:
+            click.echo("\t".join((c.stack, *row)))
+        for f in c.fixed:
+            click.echo(f"# {c.stack} fixed, every option: {f.item} ({f.quantity:g} {f.unit}) {_money(f.usd_per_hour, 4)} $/h")
+    click.echo(f"# {_hybrid_line(mix)}")
+
+
+def _hybrid_line(mix: Hybrid) -> str:
+    d = mix.to_dict()
+    saving = mix.saving
+    return (
+        f"hybrid, training on spot and inference on a 1-year commitment "
+        f"({', '.join(f'{s} -> {OPTION_LABELS[o]}' for s, o in mix.choices)}): "
+        f"on-demand {_money(mix.on_demand_hourly)} $/h ({_money(d['on_demand_usd_per_30_days'])} $/30 d), "
+        f"hybrid {_money(mix.hybrid_hourly)} $/h ({_money(d['hybrid_usd_per_30_days'])} $/30 d), "
+        f"saving {'n/a' if saving is None else f'{saving:.1%}'} (target: more than {mix.claimed_saving:.0%})"
+    )
+
+
+def _print_table(costs: list[StackCost], mix: Hybrid, used: dict[str, str]) -> None:
+    from rich.console import Console
+
+    console = Console(width=terminal_width())
+    for c in costs:
+        print_table(_rows(c, used[c.stack]))
         if c.fixed:  # EKS: the same under every option, included in total/h and total/30 d
             console.print("  fixed, every option: " + "; ".join(
                 f"{f.item} ({f.quantity:g} {f.unit}) {_money(f.usd_per_hour, 4)} $/h" for f in c.fixed
@@ -104,17 +141,7 @@ def _print_table(costs: list[StackCost], mix: Hybrid) -> None:
                 f"{_money(at_max['on_demand']['usd_per_hour_at_max'])} $/h on-demand, "
                 f"{_money(at_max['spot']['usd_per_hour_at_max'])} $/h spot"
             )
-    d = mix.to_dict()
-    saving = mix.saving
-    console.print(
-        "[bold]hybrid[/] (training on spot, inference on a 1-year commitment): "
-        + ", ".join(f"{s} -> {OPTION_LABELS[o]}" for s, o in mix.choices)
-    )
-    console.print(
-        f"  on-demand {_money(mix.on_demand_hourly)} $/h ({_money(d['on_demand_usd_per_30_days'])} $/30 d), "
-        f"hybrid {_money(mix.hybrid_hourly)} $/h ({_money(d['hybrid_usd_per_30_days'])} $/30 d), "
-        f"saving {'n/a' if saving is None else f'{saving:.1%}'} (seed claims more than {mix.claimed_saving:.0%})"
-    )
+    console.print(_hybrid_line(mix), highlight=False)
     for note in NOTES:
         console.print(f"[dim]- {note}[/]")
 

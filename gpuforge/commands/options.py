@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+PROJECT_DIR_HELP = "Directory holding Pulumi.yaml (default: the nearest one at or above the current directory)."
+
 
 def find_project_dir(start: Path | None = None) -> Path:
     """The nearest directory at or above `start` (default: cwd) holding Pulumi.yaml, as git
@@ -19,11 +21,37 @@ def find_project_dir(start: Path | None = None) -> Path:
     return here
 
 
+def project_dir_from_args(args: list[str]) -> Path | None:
+    """The project directory a command line names (`--project-dir D` or `--project-dir=D`, before
+    or after the subcommand), else the nearest one holding Pulumi.yaml; None when there is none.
+
+    Read before click parses, because the project's own packages must be importable first.
+    """
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--project-dir" and i + 1 < len(args):
+            return Path(args[i + 1]).resolve()
+        if arg.startswith("--project-dir="):
+            return Path(arg.split("=", 1)[1]).resolve()
+    found = find_project_dir()
+    return found if (found / "Pulumi.yaml").is_file() else None
+
+
+def _resolve(ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path:
+    if value is not None:
+        return Path(value).resolve()
+    # `gpuforge --project-dir D preview ...`: the group stored it; a subcommand's own wins.
+    root = ctx.find_root()
+    given = (root.obj or {}).get("project_dir") if root is not ctx else None
+    return Path(given).resolve() if given else find_project_dir()
+
+
 def project_dir_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--project-dir",
         type=click.Path(file_okay=False, path_type=Path),
         default=None,
-        callback=lambda _ctx, _param, value: Path(value).resolve() if value else find_project_dir(),
-        help="Directory holding Pulumi.yaml (default: the nearest one at or above the current directory).",
+        callback=_resolve,
+        help=PROJECT_DIR_HELP,
     )(fn)

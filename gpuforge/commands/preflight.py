@@ -8,12 +8,13 @@ from pathlib import Path
 import click
 
 from common.errors import EXIT_CHECKS_FAILED
+from common.table import emit, format_option
 from gpuforge.commands.options import project_dir_option
 
 
 @click.command(name="preflight")
 @click.option("--stack", required=True, help="Stack name (stacks/Pulumi.<stack>.yaml).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option
 @click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
 @click.option("--pin-az", is_flag=True, help="Write the chosen AZ ID into the stack file (gpuforge:azId).")
 @click.option("--probe-capacity", is_flag=True,
@@ -32,8 +33,12 @@ def command(
     spot stacks; then ranks the region's AZ IDs and says why. Calls the account may not make,
     or that the endpoint does not serve, are `unknown` with the reason.
 
+    Every AWS call is bounded (5 s connect, 10 s read, 2 attempts unless AWS_MAX_ATTEMPTS) and
+    every check by 30 s in all; an endpoint that does not answer is asked once.
+
     \b
-    Exit: 0 deployable, 1 something blocks it (or an unknown, with --strict), 2 bad input.
+    Exit: 0 deployable, 1 something blocks it or the account, offerings or quota could not be
+    established (any unknown, with --strict), 2 bad input, 130 interrupted.
     \b
     Examples:
       gpuforge preflight --stack cv-training
@@ -42,16 +47,17 @@ def command(
     """
     from gpuforge.preflight.runner import run_preflight  # imported here: boto3 loads only when run
 
-    report = run_preflight(project_dir, stack, pin_az=pin_az, probe_capacity=probe_capacity)
+    # Progress on stderr, one line per step, so a slow endpoint is visible and stdout stays the report.
+    report = run_preflight(project_dir, stack, pin_az=pin_az, probe_capacity=probe_capacity,
+                           progress=lambda line: click.echo(line, err=True))
     if junit is not None:
         report.write_junit(junit)
     if fmt == "json":
         click.echo(report.to_json())
     else:
-        from rich.console import Console
-
         az = report.context["az"]
-        Console().print(report.render_table(title=f"preflight {stack} ({report.context['region']})"))
-        click.echo(f"AZ: {az['why']}" + (" [pinned]" if az["pinned"] else ""))
+        emit(report.rows(title=f"preflight {stack} ({report.context['region']})"), fmt)
+        line = f"AZ: {az['why']}" + (" [pinned]" if az["pinned"] else "")
+        click.echo(line if fmt == "table" else f"# {line}")
     # Unknowns do not block by default: a missing permission is not a missing capacity.
     sys.exit(EXIT_CHECKS_FAILED if report.failed(unknown_fails=strict) else 0)

@@ -10,13 +10,14 @@ from typing import Any
 import click
 
 from common.errors import EXIT_CHECKS_FAILED
+from common.table import format_option
 from gpuforge.commands.options import project_dir_option
 from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
 
 
 @click.command("preview")
 @click.option("--stack", "-s", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option
 @project_dir_option
 @click.option(
     "--policies/--no-policies",
@@ -29,7 +30,8 @@ def command(stack: str, fmt: str, project_dir: Path, policies: bool) -> None:
 
     Loads the stack's config as Pulumi would (Pulumi.yaml defaults, then the stack file),
     validates it, runs __main__.py under the Pulumi SDK's mock engine and prints the resource
-    tree, the exports and a cost estimate from the catalog.
+    tree, the exports, the guardrail policies that ran and a cost estimate from the catalog.
+    --format plain prints one resource per line (type, name, parent).
 
     \b
     Examples:
@@ -39,8 +41,12 @@ def command(stack: str, fmt: str, project_dir: Path, policies: bool) -> None:
     result = run_preview(project_dir.resolve(), stack, policies=policies)
     if fmt == "json":
         click.echo(result.to_json())
+    elif fmt == "plain":
+        _print_plain(result)
     else:
         _print_table(result)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if result.violations:
         _report_violations(result)
         sys.exit(EXIT_CHECKS_FAILED)
@@ -83,10 +89,15 @@ def _print_table(result: PreviewResult) -> None:
     if isinstance(inventory, dict):
         inv = Table(title="inventory")
         for col in ("name", "instance_type", "az_id", "private_ip", "public_ip"):
-            inv.add_column(col)
+            inv.add_column(col, no_wrap=True)
         for node in inventory.get("nodes", []):
             inv.add_row(*(str(node.get(c) or "-") for c in ("name", "instance_type", "az_id", "private_ip", "public_ip")))
         console.print(inv)
+        if not inventory.get("nodes"):
+            # EKS node groups create their instances after deploy: nothing to list at preview time.
+            console.print(f"[dim]no nodes are known before deploy (EKS node groups launch them); once deployed, "
+                          f"`gpuforge validate --discover {cfg.stack}` finds them by tag[/]")
+    _print_policies(console, result)
     _print_mirror(console, result)
 
     cost = result.cost.to_dict()
@@ -124,6 +135,33 @@ def _print_mirror(console: Any, result: PreviewResult) -> None:
     for name, where in mirror.items():
         table.add_row(name, where)
     console.print(table)
+
+
+def _print_policies(console: Any, result: PreviewResult) -> None:
+    """Which guardrails ran and how they went, as `pulumi preview --policy-pack` reports them."""
+    if not result.policies_checked:
+        console.print("\n[dim]Policies: not checked (--no-policies)[/]")
+        return
+    failed = {v.policy for v in result.violations}
+    mark = "[red]✗[/]" if failed else "[green]✓[/]"
+    console.print(f"\nPolicies:\n    {mark} gpuforge-guardrails (local: policy)")
+    for name in result.policy_names:
+        n = sum(v.policy == name for v in result.violations)
+        console.print(f"        {'[red]✗[/]' if n else '[green]✓[/]'} {name}" + (f": {n} violation(s)" if n else ""))
+    console.print()
+
+
+def _print_plain(result: PreviewResult) -> None:
+    """One resource per line: type, name, parent name; then the policy verdicts as comments."""
+    names = {r.urn: r.name for r in result.run.resources}
+    click.echo("# type\tname\tparent")
+    for r in sorted(result.run.resources, key=lambda r: r.urn):
+        click.echo(f"{r.type}\t{r.name}\t{names.get(r.parent or '', '-')}")
+    for name in result.policy_names:
+        n = sum(v.policy == name for v in result.violations)
+        click.echo(f"# policy {name}: {'pass' if not n else f'{n} violation(s)'}")
+    cost = result.cost.to_dict()
+    click.echo(f"# cost: {_money(cost['hourly']['on_demand'])} $/h on-demand, {_money(cost['hourly']['spot'])} $/h spot")
 
 
 def _money(value: float | None) -> str:

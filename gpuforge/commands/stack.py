@@ -95,7 +95,7 @@ def render_stack(req: StackRequest, project_dir: Path, teams_dir: Path = TEAMS_D
         budget_usd=req.budget if req.budget is not None else team.budget_usd,
         purchase_option="spot" if training else "on-demand",
         purchase_reason=(
-            "training checkpoints and resumes, so it runs on spot (seed 000: about 1/3 of on-demand)"
+            "training checkpoints and resumes, so it runs on spot (often about a third of the on-demand price)"
             if training
             else "steady inference: on-demand capacity, to be covered by a 1-year commitment (billing, not a resource)"
         ),

@@ -18,6 +18,7 @@ import click
 
 from common.errors import InputError
 from common.results import CheckResult, Report, atomic_write
+from common.table import Column, Rows, emit, format_option
 from validate import collective
 from validate.checks import Expectations, NodeCheck
 from validate.inventory import Inventory, Node, load_inventory
@@ -110,30 +111,44 @@ def _expectations(inv: Inventory, baseline: Path | None) -> Any:
 
 
 class _RichProgress:
+    """A live bar on a terminal; plain lines when stderr is a pipe or a file (a CI log), where
+    rich would show nothing until the end."""
+
     def __init__(self) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console = Console(stderr=True)
+        self.live = self.console.is_terminal
         self.bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[note]}"), console=self.console, transient=False,
         )  # fmt: skip
         self.task: Any = None
+        self.name, self.total, self.done = "", 0, 0
 
     def __enter__(self) -> _RichProgress:
-        self.bar.start()
+        if self.live:
+            self.bar.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
+        if self.live:
+            self.bar.stop()
 
     def stage(self, name: str, total: int) -> None:
-        self.task = self.bar.add_task(name, total=total, note="")
+        self.name, self.total, self.done = name, total, 0
+        if self.live:
+            self.task = self.bar.add_task(name, total=total, note="")
+        else:
+            click.echo(f"validate {name}: {total} job(s) ...", err=True)
 
     def advance(self, note: str = "") -> None:
-        if self.task is not None:
+        self.done += 1
+        if self.live and self.task is not None:
             self.bar.update(self.task, advance=1, note=note)
+        elif not self.live:
+            click.echo(f"validate {self.name} {self.done}/{self.total}: {note}", err=True)
 
 
 def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts) -> Transport:
@@ -164,25 +179,23 @@ def _render(result: RunResult, fmt: str) -> None:
     if fmt == "json":
         click.echo(result.report.to_json())
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    console.print(_folded(result.report).render_table("gpuforge validate"))
-    states = Table(title="nodes")
-    for col in ("node", "state", "detail"):
-        states.add_column(col, overflow="fold")
+    emit(_folded(result.report).rows("gpuforge validate"), fmt)
+    states = Rows("nodes", [Column("node"), Column("state"), Column("detail")])
     for name, st in result.states.items():
-        states.add_row(name, st.state, st.detail)
-    console.print(states)
+        states.add(name, st.state, st.detail)
+    emit(states, fmt)
     if result.verdict is not None and result.matrix:
-        console.print(_matrix_table(result.matrix))
-        console.print(f"localisation: [bold]{result.verdict.kind}[/] — {result.verdict.message}")
+        emit(_matrix_rows(result.matrix), fmt)
+        line = f"localisation: {result.verdict.kind} — {result.verdict.message}"
+        click.echo(line if fmt == "table" else f"# {line}")
     tcp = result.report.context.get("tcp_model")
     if isinstance(tcp, dict):
+        lines = []
         if tcp.get("reason"):
-            console.print(f"TCP ceiling judged against: {tcp['reason']}; floor {tcp['floor_gbps']:.3g} Gbit/s per direction")
-        console.print(str(tcp.get("nccl", "")))
+            lines.append(f"TCP ceiling judged against: {tcp['reason']}; floor {tcp['floor_gbps']:.3g} Gbit/s per direction")
+        lines.append(str(tcp.get("nccl", "")))
+        for line in filter(None, lines):
+            click.echo(line if fmt == "table" else f"# {line}")
 
 
 def _kubernetes_results(kubeconfig: Path, inv: Inventory) -> list[CheckResult]:
@@ -214,18 +227,13 @@ def _folded(report: Report) -> Report:
     return folded
 
 
-def _matrix_table(mat: dict[str, dict[str, float | None]]) -> Any:
-    from rich.table import Table
-
+def _matrix_rows(mat: dict[str, dict[str, float | None]]) -> Rows:
     nodes = list(mat)
-    table = Table(title="iperf3 Gbit/s (row sends to column)")
-    table.add_column("from \\ to")
-    for n in nodes:
-        table.add_column(n, justify="right")
+    rows = Rows("iperf3 Gbit/s (row sends to column)",
+                [Column("from \\ to"), *(Column(n, justify="right") for n in nodes)])
     for a in nodes:
-        cells = ["·" if a == b else ("-" if mat[a].get(b) is None else f"{mat[a][b]:.3g}") for b in nodes]
-        table.add_row(a, *cells)
-    return table
+        rows.add(a, *("·" if a == b else ("-" if mat[a].get(b) is None else f"{mat[a][b]:.3g}") for b in nodes))
+    return rows
 
 
 def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
@@ -255,7 +263,7 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 @click.option("--ssh-key", "ssh_key", default=None, help="SSH private key file (overrides ssh.key_file).")
 @click.option("--known-hosts", default=None, help="known_hosts file (overrides ssh.known_hosts).")
 @click.option("--checks", default=None, help="Comma-separated checks or groups (e.g. gpu,network,nccl.local).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write JUnit XML here.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Evidence directory (default: ./gpuforge-evidence/<UTC time>).")  # fmt: skip
@@ -316,7 +324,8 @@ def command(
     source; missing or unparsable evidence is `unknown`, never `pass`.
 
     \b
-    Exit: 0 all passed, 1 a check failed or was unknown, 2 bad input.
+    Exit: 0 all passed, 1 a check failed or was unknown, 2 bad input, 130 interrupted (Ctrl-C;
+    a report already begun in --out is kept with "interrupted": true in its context).
     \b
     Examples:
       pulumi stack output --json inventory | gpuforge validate --inventory - --ssh-key ~/.ssh/id_ed25519
@@ -332,7 +341,14 @@ def command(
         selected = [c for c in selected if c.name != "system.network_tools"]
     expect = _expectations(inv, baseline)
     t = connect_timeout
-    transport = _transport(transport_kind, inv, accept_new_host_keys, Timeouts(t, t, t, t))
+    try:
+        transport = _transport(transport_kind, inv, accept_new_host_keys, Timeouts(t, t, t, t))
+    except InputError as exc:
+        if ssh_key is None:
+            raise
+        # The key came from the flag, so say the flag (the inventory's ssh.key_file was overridden).
+        raise InputError(exc.message.replace("ssh.key_file", "--ssh-key"),
+                         exc.hint.replace("ssh.key_file", "--ssh-key") if exc.hint else None) from None
     out = out or Path("gpuforge-evidence") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     nccl_pairs = (
         collective.available()
@@ -348,9 +364,19 @@ def command(
         max_workers=workers,
         evidence_dir=out,
     )
+    runner: Runner | None = None
     try:
         with _RichProgress() as progress:
-            result = Runner(inv, transport, selected, expect, options=opts, progress=progress).run()
+            runner = Runner(inv, transport, selected, expect, options=opts, progress=progress)
+            result = runner.run()
+    except KeyboardInterrupt:
+        # Ctrl-C: close the SSH sessions first (workers blocked on them end), then leave either
+        # nothing or a report that says it is partial, never one that reads as complete.
+        transport.close()
+        if runner is not None and out.exists():
+            runner.report.context.update({"interrupted": True, "evidence_dir": str(out)})
+            atomic_write(out / "report.json", runner.report.to_json() + "\n")
+        raise
     finally:
         transport.close()
     if kubeconfig is not None:

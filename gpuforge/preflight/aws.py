@@ -1,5 +1,12 @@
 """AWS calls for preflight: clients with botocore's standard retries, plus a bounded wrapper.
 
+Every call is bounded (issue 13 item 2): botocore's connect and read timeouts and its retry
+count bound one call; an endpoint that stalled or could not be reached once is not asked again
+in the same run (its other calls are `unknown` at once, naming the first failure); and a check
+runs under a total budget (`Aws.budget`) after which its remaining calls are not made. An
+endpoint that accepts connections and never answers therefore costs one call's bound, not one
+per call (814 s were seen before).
+
 `Aws.call` never raises for AWS-side trouble. It returns the response, or an `Unavailable`
 saying why there is none: the caller may not call the API (`forbidden`), the endpoint does
 not serve it (`not-served`, what moto does for capacity reservations), or it stayed throttled
@@ -8,8 +15,10 @@ not serve it (`not-served`, what moto does for capacity reservations), or it sta
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +27,11 @@ from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
     EndpointConnectionError,
     NoCredentialsError,
+    ReadTimeoutError,
 )
 from botocore.parsers import ResponseParserError
 
@@ -35,6 +47,15 @@ FORBIDDEN_CODES = frozenset(
 THROTTLE_ROUNDS = 3
 THROTTLE_BACKOFF_S = (1.0, 2.0, 4.0)
 NO_CREDENTIALS = "no AWS credentials found (set AWS_PROFILE or run `aws configure`)"
+# One call: TCP connect, then each read. AWS control-plane APIs answer in well under a second.
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 10
+# One call's attempts unless AWS_MAX_ATTEMPTS says otherwise: 2 x (5 + 10) s at worst.
+DEFAULT_MAX_ATTEMPTS = 2
+# A check's total, whatever its number of calls.
+CHECK_BUDGET_S = 30.0
+# Failures that say the endpoint itself is not answering, as opposed to an API answer.
+_DEAD_ENDPOINT = (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError)
 
 
 @dataclass(frozen=True)
@@ -65,13 +86,19 @@ class Aws:
         self._clients: dict[str, Any] = {}
         self._sleep = sleep
         self._backoff = backoff_s
-        # mode=standard: throttles and 5xx are retried with jittered backoff; the attempt count
-        # stays botocore's (AWS_MAX_ATTEMPTS or 3) so users can tune it the usual way.
+        self._clock = time.monotonic
+        self._deadline: float | None = None
+        self._dead: dict[str, str] = {}  # endpoint URL -> why it is not asked again
+        # mode=standard: throttles and 5xx are retried with jittered backoff. AWS_MAX_ATTEMPTS
+        # still wins (botocore reads it when the config does not set it), so users can tune it.
+        retries: dict[str, Any] = {"mode": "standard"}
+        if not os.environ.get("AWS_MAX_ATTEMPTS"):
+            retries["total_max_attempts"] = DEFAULT_MAX_ATTEMPTS
         self._config = Config(
             region_name=region,
-            retries={"mode": "standard"},
-            connect_timeout=5,
-            read_timeout=30,
+            retries=retries,  # type: ignore[arg-type]
+            connect_timeout=CONNECT_TIMEOUT_S,
+            read_timeout=READ_TIMEOUT_S,
             # moto cannot do the S3 Express CreateSession handshake; preflight only lists buckets.
             # (The key is newer than the botocore stubs, hence the ignore.)
             s3={"disable_s3_express_session_auth": True},  # type: ignore[arg-type]
@@ -82,12 +109,27 @@ class Aws:
             self._clients[service] = self._session.client(service, config=self._config)  # type: ignore[call-overload]
         return self._clients[service]
 
+    @contextmanager
+    def budget(self, seconds: float = CHECK_BUDGET_S) -> Iterator[None]:
+        """Calls made inside this block stop being made once `seconds` have passed."""
+        self._deadline = self._clock() + seconds
+        try:
+            yield
+        finally:
+            self._deadline = None
+
     def call(self, service: str, operation: str, **kwargs: Any) -> Any:
         """The response dict, or `Unavailable`. Throttling gets bounded extra rounds with backoff."""
         api = f"{service}:{_pascal(operation)}"
-        method = getattr(self.client(service), operation)
+        client = self.client(service)
+        endpoint = str(getattr(client.meta, "endpoint_url", service))
+        method = getattr(client, operation)
         last: Unavailable | None = None
         for attempt in range(THROTTLE_ROUNDS + 1):
+            if endpoint in self._dead:
+                return Unavailable(api, "error", f"not asked: {self._dead[endpoint]}")
+            if self._deadline is not None and self._clock() >= self._deadline:
+                return Unavailable(api, "error", "not asked: this check's time budget was spent")
             if attempt:
                 self._sleep(self._backoff[min(attempt - 1, len(self._backoff) - 1)])
             try:
@@ -99,8 +141,10 @@ class Aws:
                 return Unavailable(api, "not-served", "the endpoint answered with an unparseable error page")
             except NoCredentialsError:
                 return Unavailable(api, "forbidden", NO_CREDENTIALS)
-            except EndpointConnectionError as exc:
-                return Unavailable(api, "error", f"cannot reach the endpoint ({exc})")
+            except _DEAD_ENDPOINT as exc:
+                why = f"{endpoint} did not answer {api} ({exc})"
+                self._dead[endpoint] = why
+                return Unavailable(api, "error", f"cannot reach the endpoint: {why}")
             except BotoCoreError as exc:
                 return Unavailable(api, "error", f"{type(exc).__name__}: {exc}")
             if last.kind != "throttled":

@@ -7,6 +7,7 @@ and the configured one competes in the ranking like every other AZ ID.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from gpuforge.stackfile import load_stack_config, set_config_value
 AZ_KEY = f"{PROJECT}:azId"
 CHECK_CHOICE = "az.choice"
 CHECK_PIN = "az.pin"
+CHECK_EVIDENCE = "preflight.evidence"
 
 
 def resolve(raw: dict[str, str], stack: str, catalog: Catalog) -> tuple[StackConfig, dict[str, str]]:
@@ -62,6 +64,7 @@ def run_preflight(
     pin_az: bool = False,
     probe_capacity: bool = False,
     aws_factory: Callable[[str], Aws] = Aws,
+    progress: Callable[[str], None] | None = None,
 ) -> Report:
     raw, secrets = load_stack_config(project_dir, stack)
     catalog = load_catalog()
@@ -73,37 +76,48 @@ def run_preflight(
         probe_capacity=probe_capacity,
     )
     report = Report(kind="preflight")
-    report.add(account.credentials(ctx))
-    report.add(compute.zones(ctx))
-    report.add(compute.offerings(ctx))
-    report.add(compute.instance_facts(ctx))
-    report.add(quota.run(ctx))
-    report.add(capacity.reservations(ctx))
+    say = progress or (lambda _text: None)
+    steps: list[tuple[str, Callable[[Context], list[CheckResult]]]] = [
+        ("account", account.credentials),
+        ("availability zones", compute.zones),
+        ("offerings", compute.offerings),
+        ("instance facts", compute.instance_facts),
+        ("vCPU quotas", quota.run),
+        ("capacity reservations", capacity.reservations),
+    ]
     if cfg.fleet.purchase_option == "spot":
-        report.add(spot.prices(ctx))
-        report.add(spot.placement_scores(ctx))
-    report.add(storage.availability(ctx))
-    ami_results, image_id = resources.ami(ctx)
-    report.add(ami_results)
-    report.add(resources.network(ctx))
-    report.add(resources.key_pair(ctx))
-    report.add(resources.ngc_parameter(ctx))
+        steps += [("spot prices", spot.prices), ("spot placement scores", spot.placement_scores)]
+    steps += [("S3 Express", storage.availability)]
+    image_id: str | None = None
+
+    def ami(c: Context) -> list[CheckResult]:
+        nonlocal image_id
+        results, image_id = resources.ami(c)
+        return results
+
+    steps += [("AMI", ami), ("network", resources.network), ("key pair", resources.key_pair),
+              ("NGC parameter", resources.ngc_parameter)]
+    for i, (label, step) in enumerate(steps, 1):
+        report.add(_timed(ctx, say, f"[{i}/{len(steps)}] {label}", step))
 
     ranking = _rank(ctx, rejected)
     if probe_capacity:
-        report.add(capacity.probe(ctx, [r.az_id for r in ranking if r.fits is not False]))
+        candidates = [r.az_id for r in ranking if r.fits is not False]
+        report.add(_timed(ctx, say, "capacity probe", lambda c: capacity.probe(c, candidates)))
         ranking = _rank(ctx, rejected)
     chosen = ranking[0] if ranking and ranking[0].fits is not False else None
 
     if chosen is not None:
-        report.add(account.launch_permission(ctx, chosen.az_id, image_id))
-        report.add(storage.existing_bucket(ctx, chosen.az_id))
+        az = chosen.az_id
+        report.add(_timed(ctx, say, "launch permission", lambda c: account.launch_permission(c, az, image_id)))
+        report.add(_timed(ctx, say, "existing bucket", lambda c: storage.existing_bucket(c, az)))
     pinned = False
     if pin_az:
         pin = _pin(project_dir, stack, configured, chosen)
         pinned = pin.level is Level.PASS and chosen is not None and chosen.az_id != configured
         report.add(pin)
     report.add(_choice(ctx, configured, chosen, ranking, rejected, pinned))
+    report.add(_evidence(report.results, cfg.fleet.purchase_option))
     report.context = {
         "stack": stack,
         "region": cfg.region,
@@ -120,6 +134,36 @@ def run_preflight(
         "secret_keys": list(secrets),
     }
     return report
+
+
+def _timed(
+    ctx: Context, say: Callable[[str], None], label: str, step: Callable[[Context], list[CheckResult]]
+) -> list[CheckResult]:
+    """One step under its time budget, with a progress line before and after (stderr)."""
+    say(f"preflight {label} ...")
+    start = time.monotonic()
+    with ctx.aws.budget():
+        results = step(ctx)
+    worst = max((r.level for r in results), key=_SEVERITY.index, default=Level.PASS)
+    say(f"preflight {label}: {worst.value} ({time.monotonic() - start:.1f} s)")
+    return results
+
+
+_SEVERITY = [Level.PASS, Level.INFO, Level.WARNING, Level.UNKNOWN, Level.ERROR]
+
+
+def _evidence(results: list[CheckResult], purchase_option: str) -> CheckResult:
+    """No evidence is never a pass: without the account, the offerings and the deciding quota
+    established, a run cannot call the stack deployable (issue 13 item 3)."""
+    quota_check = quota.CHECK_SPOT if purchase_option == "spot" else quota.CHECK_ON_DEMAND
+    essential = (account.CHECK_CREDENTIALS, compute.CHECK_OFFERING, quota_check)
+    missing = [name for name in essential if not any(r.check == name and r.level is not Level.UNKNOWN for r in results)]
+    if missing:
+        return result(CHECK_EVIDENCE, Level.ERROR, {"not established": missing}, list(essential),
+                      f"could not establish {', '.join(missing)}; without them the stack is not known to be "
+                      "deployable (see their messages above)")
+    return result(CHECK_EVIDENCE, Level.PASS, list(essential), list(essential),
+                  "account, offerings and quota established")
 
 
 def _rank(ctx: Context, rejected: dict[str, str]) -> list[AzRank]:
@@ -170,7 +214,10 @@ def _choice(
         return result(CHECK_CHOICE, Level.WARNING, observed, configured,
                       f"{configured} fits, but {chosen.az_id} ranks higher ({why}); `--pin-az` to move",
                       targets=(chosen.az_id,))
-    level = Level.ERROR if chosen.fits else Level.WARNING
+    # The configured AZ known not to fit is an error whatever the alternative's state: `gpuforge
+    # preview` refuses an AZ the catalog rejects, and the same facts must give the same verdict.
+    known_bad = configured in rejected or (mine is not None and mine.fits is False)
+    level = Level.ERROR if chosen.fits or known_bad else Level.WARNING
     return result(CHECK_CHOICE, level, observed, configured,
                   f"configured {configured} does not fit ({why_not}); use {why}; run "
                   f"`gpuforge preflight --stack {ctx.stack} --pin-az` to pin it (storage moves with it)",

@@ -54,8 +54,9 @@ def test_show_json() -> None:
     assert doc["offerings"]["us-east-1"]["az_ids"] == ["use1-az1", "use1-az2", "use1-az4", "use1-az6"]
 
 
-def test_table_output_by_default() -> None:
-    res = CliRunner().invoke(cli, ["catalog", "list", "--family", "p5"], env={"COLUMNS": "200"})
+def test_table_output() -> None:
+    # CliRunner's stdout is not a terminal, so the table is asked for (the default there is plain).
+    res = CliRunner().invoke(cli, ["catalog", "list", "--family", "p5", "--format", "table"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "p5.48xlarge" in res.output and "┃" in res.output
 
 
@@ -68,7 +69,8 @@ def test_table_output_by_default() -> None:
         ),
         (["catalog", "suggest", "--profile", "risk-sim", "--region", "us-east1"], "did you mean 'us-east-1'?"),
         (["catalog", "list", "--family", "p4"], "error: --family: 'p4' is not a catalog family (did you mean 'p4d'?)"),
-        (["catalog", "list", "--format", "jsn"], "error: --format: 'jsn' is not a format (did you mean 'json'?)"),
+        (["catalog", "list", "--format", "jsn"],
+             "error: Invalid value for '--format': 'jsn' is not one of 'table', 'plain', 'json' (did you mean 'json'?)"),
         (["catalog", "show", "p4d.24xlarg"], "did you mean 'p4d.24xlarge'?"),
         (["catalog", "refresh", "--regions", "us-east-1,eu-west-9"], "error: --regions: 'eu-west-9'"),
     ],

@@ -160,7 +160,7 @@ def test_unknown_stack_is_bad_input() -> None:
 
 
 def test_table_output_shows_every_option() -> None:
-    result = CliRunner().invoke(cli, ["cost", "--project-dir", str(ROOT), "--stack", "nlp-inference"])
+    result = CliRunner().invoke(cli, ["cost", "--project-dir", str(ROOT), "--stack", "nlp-inference", "--format", "table"])
     assert result.exit_code == 0, result.output
     for label in ("on-demand", "spot", "1y commit", "3y commit", "hybrid", "saving 37.1%", "EKS control plane"):
         assert label in result.output
