@@ -21,6 +21,9 @@ MTU_NAME = "network.path_mtu"
 _MTU_MARK = "--- gpuforge path mtu ---"
 _RTT = re.compile(r"\btime[=<]([0-9.]+) ?ms\b")
 _SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
+# iputils: "rtt min/avg/max/mdev = a/b/c/d ms"; macOS: "round-trip min/avg/max/stddev = ...";
+# busybox: "round-trip min/avg/max = a/b/c ms" (thombashi/pingparsing test captures).
+_RTT_SUMMARY = re.compile(r"(?:rtt|round-trip) min/avg/max(?:/\w+)? = ([0-9.]+)/([0-9.]+)/([0-9.]+)")
 _IP_OVERHEAD = 28  # 20-byte IPv4 header + 8-byte ICMP header
 
 
@@ -69,6 +72,10 @@ def parse(stdout: str) -> PingMeasurement:
         raise ParseError("no 'packets transmitted' summary line (ping missing or killed?)")
     sent, received = int(summary.group(1)), int(summary.group(2))
     rtts = tuple(float(x) for x in _RTT.findall(main))
+    if not rtts and received and (agg := _RTT_SUMMARY.search(main)):
+        # `ping -q` prints no per-reply lines, only the summary: min/avg/max stand in for the
+        # samples, so p50 reads the average and p99 the maximum (never better than measured)
+        rtts = (float(agg.group(1)), float(agg.group(2)), float(agg.group(3)))
     if received > sent or len(rtts) < min(received, 1):
         raise ParseError(f"inconsistent ping output: {sent} sent, {received} received, {len(rtts)} RTT lines")
     mtu_ok: bool | None = None
