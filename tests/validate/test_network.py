@@ -176,3 +176,30 @@ def test_localise_two_nodes_is_inconclusive_and_no_data() -> None:
 def test_matrix_is_directional() -> None:
     m = localise.matrix(["a", "b", "c"], [localise.PairValue("a", "b", 1.0, 2.0)])
     assert m["a"]["b"] == 1.0 and m["b"]["a"] == 2.0 and m["a"]["c"] is None
+
+
+# Measured on the netns test bed, policed run (tests/validate/test_testbed_e2e.py
+# ::test_worst_node_on_a_slow_fabric_is_named[policer], 2026-12-01): every link policed at
+# 100 mbit, node4 at 40 mbit; each pair's slower direction in Gbit/s.
+POLICED_RING = {
+    ("node1", "node2"): 0.0451, ("node2", "node3"): 0.044, ("node3", "node4"): 0.0247,
+    ("node4", "node5"): 0.0235, ("node5", "node6"): 0.0467, ("node6", "node1"): 0.0378,
+}  # fmt: skip
+
+
+def test_slow_fabric_and_its_worst_node_are_two_findings() -> None:
+    v = localise.classify(_pairs(POLICED_RING), 0.1, 0.8)
+    assert (v.kind, v.slow_nodes, v.slow_links) == ("fabric", ["node4"], [])
+    results = localise.results(v, localise.matrix([f"node{i}" for i in range(1, 7)], _pairs(POLICED_RING)))
+    assert [(r.check, r.level, r.targets) for r in results][1] == ("network.localise.outlier", Level.ERROR, ("node4",))
+    assert "whole fabric is slow" in results[0].message and len(results[0].targets) == 6
+    # the same fabric judged on its own (no floor): node4 alone, a node verdict
+    v = localise.classify(_pairs(POLICED_RING), None)
+    assert (v.kind, v.slow_nodes, v.slow_links) == ("node", ["node4"], [])
+
+
+def test_a_node_with_one_slow_link_is_not_a_standout() -> None:
+    vals = dict(POLICED_RING)
+    vals[("node4", "node5")] = 0.046  # node4 fine with node5: its node3 link is the slow one
+    v = localise.classify(_pairs(vals), 0.1, 0.8)
+    assert v.slow_nodes == [] and v.slow_links == [("node3", "node4")]

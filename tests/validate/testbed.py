@@ -190,6 +190,14 @@ class Testbed:
         _sh("ip", "netns", "exec", h.ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
             "rate", f"{mbit:g}mbit", "burst", "32kbit", "latency", "400ms")  # fmt: skip
 
+    def police(self, i: int, mbit: float, burst_bytes: int = 4096) -> None:
+        """A policer rather than a shaper: tbf whose bucket and queue hold ~3 packets, so what
+        exceeds the rate is dropped, not queued, and TCP underdelivers (measured ~0.4-0.47 x the
+        rate at 100 mbit with 4 flows), the way a token-bucket policer in a switch behaves."""
+        h = self.hosts[i - 1]
+        _sh("ip", "netns", "exec", h.ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
+            "rate", f"{mbit:g}mbit", "burst", str(burst_bytes), "limit", str(burst_bytes))  # fmt: skip
+
     def shape_link(self, i: int, j: int, base_mbit: float, slow_mbit: float) -> None:
         """Slow only the link i<->j: htb on both ends, a u32 filter sends the peer's traffic to a slow class.
 
