@@ -1,8 +1,8 @@
 """GPU nodes: IAM role and instance profile, one launch template, and the instances.
 
-Every node joins the cluster placement group through the launch template; EFA types get one
-EFA interface per network card (card 0 carries device index 0, the others device index 1, as
-the EC2 EFA guide lays it out), so NCCL sees every card.
+Every node joins the cluster placement group through the launch template; EFA types get an EFA
+device on every network card (components/addressing.py has the layout and its source), so NCCL
+sees every card.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.addressing import interface_layout
 from components.catalog import InstanceType
 
 SSM_CORE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
@@ -200,7 +201,9 @@ def network_interfaces(
     extra_security_groups: Sequence[pulumi.Input[str]] = (),
     ena_express: bool = False,
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """One EFA per network card on EFA types; a single ENA interface otherwise.
+    """The interfaces of components/addressing.py `interface_layout`: on multi-card EFA types an
+    ENA primary and one EFA-only interface per card; one `efa` interface on single-card EFA types;
+    a single ENA interface otherwise.
 
     `subnet_id` None: whoever launches from the template names the subnet (an EKS managed node
     group does, and rejects a template whose interfaces name one). `public_ip` None: the subnet's
@@ -209,22 +212,22 @@ def network_interfaces(
     on ENA Express (SRD) on card 0's interface, the one that carries the nodes' TCP traffic
     (pulumi-aws LaunchTemplateNetworkInterfaceEnaSrdSpecificationArgs.ena_srd_enabled); the EC2
     User Guide needs it on both ends, which one template gives every node."""
-    cards = instance.efa_interfaces if instance.efa else 1
-    single = cards == 1
+    layout = interface_layout(instance)
+    single = len(layout) == 1
     return [
         aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-            network_card_index=card,
-            device_index=0 if card == 0 else 1,
-            interface_type="efa" if instance.efa else None,
+            network_card_index=nic.card,
+            device_index=nic.device,
+            interface_type=nic.type,
             subnet_id=subnet_id,
             security_groups=[*extra_security_groups, security_group_id],
             delete_on_termination="true",
             associate_public_ip_address=("true" if public_ip else "false") if single and public_ip is not None else None,
             ena_srd_specification=aws.ec2.LaunchTemplateNetworkInterfaceEnaSrdSpecificationArgs(ena_srd_enabled=True)
-            if ena_express and card == 0
+            if ena_express and (nic.card, nic.device) == (0, 0)  # the primary, the one with an IP
             else None,
         )
-        for card in range(cards)
+        for nic in layout
     ]
 
 

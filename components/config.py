@@ -17,6 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bootstrap.mirror import Mirror, MirrorError, parse_mirror
 from common.errors import ConfigError
+from components.addressing import (
+    AWS_RESERVED_PER_SUBNET,
+    EKS_CONTROL_PLANE_ADDRESSES,
+    addresses_per_node,
+    usable_addresses,
+)
 from components.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 from components.fleet import FleetConfig, check_gpu_quota, parse_fleet
@@ -281,6 +287,8 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         )
     bucket_base = parsed.bucketBase or f"gpuforge-{stack}"
     _check_bucket_base(bucket_base, parsed.azId, region)
+    fleet = _fleet(parsed, instance, region, catalog, node_count)
+    _check_subnet_size(parsed, instance, fleet.max_nodes(node_count))
 
     return StackConfig(
         stack=stack,
@@ -309,7 +317,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         owner=parsed.owner,
         cost_center=parsed.costCenter,
         ngc_api_key_parameter=parsed.ngcApiKeyParameter,
-        fleet=_fleet(parsed, instance, region, catalog, node_count),
+        fleet=fleet,
         kubernetes=kubernetes_settings(
             parsed, profile, instance, catalog.gpu(instance), node_count, reg.az_ids
         ),
@@ -422,6 +430,31 @@ def _check_network(parsed: RawStackConfig, stack: str) -> None:
         raise ConfigError(f"{PROJECT}:subnetId", f"{parsed.subnetId!r} is not a subnet id", "write it like subnet-0abc1234")
     if parsed.amiId and not re.fullmatch(r"ami-[0-9a-f]{8,17}", parsed.amiId):
         raise ConfigError(f"{PROJECT}:amiId", f"{parsed.amiId!r} is not an AMI id", "write it like ami-0abc1234")
+
+
+def _check_subnet_size(parsed: RawStackConfig, instance: InstanceType, nodes: int) -> None:
+    """The subnet gpuforge creates must hold every node's addresses (at the Auto Scaling maximum),
+    and on EKS the system nodes and the control plane's interfaces (components/addressing.py)."""
+    if parsed.vpcId:
+        return  # an existing subnet: gpuforge preflight sees its free addresses
+    per_node = addresses_per_node(instance)
+    need = nodes * per_node
+    parts = [f"{nodes} nodes x {per_node} address{'es' if per_node > 1 else ''}"]
+    if parsed.kubernetes == "eks":
+        from components.kubernetes.settings import defaults
+
+        system = int(defaults()["system_nodes"]["count"])
+        need += system + EKS_CONTROL_PLANE_ADDRESSES
+        parts.append(f"{system} system nodes, {EKS_CONTROL_PLANE_ADDRESSES} for the EKS control plane")
+    have = usable_addresses(parsed.subnetCidr)
+    if need > have:
+        prefix = next(p for p in range(28, 15, -1) if 2 ** (32 - p) - AWS_RESERVED_PER_SUBNET >= need)
+        raise ConfigError(
+            f"{PROJECT}:subnetCidr",
+            f"{parsed.subnetCidr} has {have} usable addresses (AWS reserves {AWS_RESERVED_PER_SUBNET}), "
+            f"the stack needs {need} ({', '.join(parts)})",
+            f"use a /{prefix} or larger (inside vpcCidr {parsed.vpcCidr})",
+        )
 
 
 def _check_bucket_base(base: str, az_id: str, region: str) -> None:

@@ -222,7 +222,7 @@ def _efa_placement_one_az(args: StackValidationArgs, report: ReportViolation) ->
     efa_lts = [
         r
         for r in _by_type(res, LAUNCH_TEMPLATE)
-        if any(n.get("interfaceType") == "efa" for n in r.props.get("networkInterfaces") or [])
+        if any(n.get("interfaceType") in ("efa", "efa-only") for n in r.props.get("networkInterfaces") or [])
     ]
     if not efa_lts:
         return

@@ -133,7 +133,7 @@ def test_ena_express_on_a_supporting_type_goes_on_card_0_and_into_the_inventory(
     doc = json.loads(out)
     [lt] = [r for r in doc["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"]
     nics = lt["inputs"]["networkInterfaces"]
-    assert len(nics) == 2  # g6e.24xlarge: 2 cards, one EFA each
+    assert len(nics) == 3  # g6e.24xlarge: 2 cards - ENA primary, EFA-only on card 0 and card 1
     assert nics[0]["enaSrdSpecification"] == {"enaSrdEnabled": True}
     assert "enaSrdSpecification" not in nics[1]
     # the default: no ENA Express anywhere

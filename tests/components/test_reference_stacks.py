@@ -123,10 +123,13 @@ def test_efa_interfaces_match_the_catalog(result):
         assert all(f"{sg.name}-offline" in n["securityGroups"] and len(n["securityGroups"]) == 2 for n in nics)
     else:
         nics = cluster_template(result.run).inputs["networkInterfaces"]
-    assert len(nics) == max(it.efa_interfaces, 1)
-    assert [n.get("interfaceType") for n in nics] == ["efa"] * it.efa_interfaces or not it.efa
-    assert sorted(n["networkCardIndex"] for n in nics) == list(range(len(nics)))
-    assert [n["deviceIndex"] for n in nics] == [0] + [1] * (len(nics) - 1)
+    # components/addressing.py: an EFA device on every card; multi-card types put an ENA primary
+    # first and EFA-only interfaces (no IP address) on every card
+    layout = [(n["networkCardIndex"], n["deviceIndex"], n.get("interfaceType")) for n in nics]
+    if it.efa_interfaces > 1:
+        assert layout == [(0, 0, None), (0, 1, "efa-only"), *((c, 0, "efa-only") for c in range(1, it.efa_interfaces))]
+    else:
+        assert layout == [(0, 0, "efa" if it.efa else None)]
 
 
 def test_security_group_rules(result):
@@ -302,7 +305,7 @@ def test_cv_training_done_when(preview_of):
     assert doc["engine"] == "offline" and doc["stack"] == "cv-training"
     lt = next(r for r in doc["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")
     assert lt["inputs"]["instanceType"] == "p4de.24xlarge"
-    assert [n["interfaceType"] for n in lt["inputs"]["networkInterfaces"]] == ["efa"] * 4
+    assert [n.get("interfaceType") for n in lt["inputs"]["networkInterfaces"]] == [None] + ["efa-only"] * 4
     bucket = next(r for r in doc["resources"] if r["type"] == "aws:s3/directoryBucket:DirectoryBucket")
     assert bucket["inputs"]["location"]["name"] == "use1-az4"
     assert doc["cost"]["hourly"]["on_demand"] == pytest.approx(27.44705 + 200 * 0.08 / 730, abs=1e-3)

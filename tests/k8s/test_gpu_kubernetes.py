@@ -158,13 +158,14 @@ def test_system_pods_have_an_untainted_home(nlp):
 
 
 def test_eks_multi_card_efa_type_gets_one_efa_per_card(tmp_path):
-    """p4de.24xlarge has 4 network cards: four EFA interfaces on the node group's template, none
-    naming a subnet (the node group gives it), each with the cluster's and the stack's groups."""
+    """p4de.24xlarge has 4 network cards: an ENA primary and four EFA-only interfaces on the node
+    group's template (components/addressing.py), none naming a subnet (the node group gives it),
+    each with the cluster's and the stack's groups."""
     res = run_preview(project(tmp_path, CV), "t")
     lt = one(res.run, "aws:ec2/launchTemplate:LaunchTemplate", "t-eks-lt").inputs
     nics = lt["networkInterfaces"]
-    assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics] == [
-        (0, 0, "efa"), (1, 1, "efa"), (2, 1, "efa"), (3, 1, "efa")
+    assert [(n["networkCardIndex"], n["deviceIndex"], n.get("interfaceType")) for n in nics] == [
+        (0, 0, None), (0, 1, "efa-only"), (1, 0, "efa-only"), (2, 0, "efa-only"), (3, 0, "efa-only")
     ]
     assert all("subnetId" not in n and "associatePublicIpAddress" not in n for n in nics)
     assert all(len(n["securityGroups"]) == 2 for n in nics) and "vpcSecurityGroupIds" not in lt
