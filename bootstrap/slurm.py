@@ -22,7 +22,7 @@ CONF_DIR = "/etc/slurm"
 HEALTH_CHECK_PROGRAM = "/opt/gpuforge/bin/gpuforge-health-check"
 HEALTH_DRAIN_PREFIX = "gpuforge-health:"  # the reason prefix the health check drains with, and resumes only
 
-GresMode = Literal["nvml", "files", "count"]
+GresMode = Literal["nvml", "files"]
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,13 @@ class SlurmLayout:
     real_memory_mb: int
     gpu_type: str
     gpus_per_node: int
-    gres_mode: GresMode  # nvml: AutoDetect=nvml; files: /dev/nvidiaN listed; count: no devices (test bed)
+    gres_mode: GresMode  # nvml: AutoDetect=nvml; files: <gpu_device_prefix>N listed
     partitions: tuple[SlurmPartition, ...]
     health_check: SlurmHealthCheck
     switch_name: str
     cgroup: bool = True  # proctrack/task cgroup plugins (+ cgroup.conf); off only where no cgroup is delegated
     paths: SlurmPaths = field(default_factory=SlurmPaths)
+    gpu_device_prefix: str = "/dev/nvidia"  # gres.conf File= (files mode); a test bed points it at stand-ins
     node_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr per node, where names do not resolve
 
     @property

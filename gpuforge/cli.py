@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bootstrap": ("gpuforge.commands.bootstrap", "Render node bootstrap (EC2 user data) for a stack."),
     "preflight": ("gpuforge.commands.preflight", "Check against the AWS APIs that a stack can be deployed."),
     "validate": ("gpuforge.commands.validate", "Prove a running cluster over SSH: GPUs, links, NCCL."),
+    "health-check": ("gpuforge.commands.health", "Slurm HealthCheckProgram: drain a failing node, resume it when healthy."),
     "stack": ("gpuforge.commands.stack", "Create team stacks from the reference profiles."),
     "cost": ("gpuforge.commands.cost", "Hourly and monthly cost of a stack from the catalog."),
 }

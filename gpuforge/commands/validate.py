@@ -151,7 +151,13 @@ class _RichProgress:
             click.echo(f"validate {self.name} {self.done}/{self.total}: {note}", err=True)
 
 
-def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts) -> Transport:
+def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
+               partition: str | None = None) -> Transport:
+    if kind == "slurm":
+        # srun/sinfo as this machine's Slurm clients find them (SLURM_CONF, the head node's /etc/slurm).
+        from validate.slurm import SlurmClient, SlurmTransport
+
+        return SlurmTransport(SlurmClient(partition=partition))
     if kind == "local":
         if len(inv.nodes) != 1:
             raise InputError(
@@ -280,7 +286,10 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
     help="Judge against a saved baseline instead of the profile/catalog thresholds.",
 )
 @click.option("--accept-new-host-keys", is_flag=True, help="Trust unknown host keys, add them to known_hosts.")
-@click.option("--transport", "transport_kind", type=click.Choice(["ssh", "local"]), default="ssh", show_default=True)
+@click.option("--transport", "transport_kind", type=click.Choice(["ssh", "local", "slurm"]), default="ssh", show_default=True,
+              help="slurm: each node check as `srun -w NODE`; run it where srun works (the head node). "
+                   "Inventory names are Slurm NodeNames.")  # fmt: skip
+@click.option("--slurm-partition", default=None, help="Partition for --transport slurm (default: the cluster's default).")
 @click.option("--schedule", type=click.Choice(["ring", "full"]), default="ring", show_default=True,
               help="ring: constant rounds to name a slow node; full: every pair (node x node matrix).")  # fmt: skip
 @click.option("--iperf-seconds", type=click.FloatRange(1, 60), default=5.0, show_default=True)
@@ -313,6 +322,7 @@ def command(
     connect_timeout: float,
     workers: int,
     kubeconfig: Path | None = None,
+    slurm_partition: str | None = None,
 ) -> None:
     """Prove a running cluster before anyone trains on it, and name the bad node.
 
@@ -342,7 +352,7 @@ def command(
     expect = _expectations(inv, baseline)
     t = connect_timeout
     try:
-        transport = _transport(transport_kind, inv, accept_new_host_keys, Timeouts(t, t, t, t))
+        transport = _transport(transport_kind, inv, accept_new_host_keys, Timeouts(t, t, t, t), slurm_partition)
     except InputError as exc:
         if ssh_key is None:
             raise

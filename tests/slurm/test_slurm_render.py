@@ -72,7 +72,7 @@ def test_gpu_nodes_get_slurm_and_pyxis_phases_and_still_fit_ec2() -> None:
 def test_a_layout_without_nodes_is_refused() -> None:
     s = slurm_stack("cv-training").slurm
     assert s is not None
-    layout = layout_for(s, "count")
+    layout = layout_for(s, "files")
     with pytest.raises(ValueError, match="at least one node"):
         render_slurm(layout.__class__(**{**layout.__dict__, "node_names": ()}))
 

@@ -1,0 +1,282 @@
+"""A real Slurm cluster on the validate test bed: Debian's slurmctld, slurmd and munged on
+network-namespace hosts, configured by gpuforge's own templates (bootstrap/slurm.py).
+
+Built on tests/validate/testbed.py (a namespace per host with its own sshd, bridge with a
+blackhole route, per-process names). On top of it:
+- one munged with this bed's own key and socket (AuthInfo=socket=...), shared by every host
+  (munge talks over a Unix socket; the key is the cluster's, as on a real cluster);
+- slurmctld in the root network namespace on the bridge address, under its own UTS namespace so
+  its hostname is the controller's name, on a port of its own (per-process);
+- a slurmd per host, entered into that host's sshd namespaces (nsenter: network, UTS, mount),
+  so it answers to the host's name and address and sees the same replayed GPU tools as SSH does;
+- per host, a copy of the replay shims with a `scenario` file, bind-mounted over /usr/local/bin:
+  `set_scenario` flips what nvidia-smi replays for SSH sessions and Slurm tasks alike.
+
+What differs from a stack's rendering, and why (everything else is the stack's template):
+CPUs/RealMemory fit this machine; the GPUs' gres File= points at stand-ins (copies of /dev/null):
+slurmd drops a GPU gres without File= (src/interfaces/gres.c, _find_fileless_gres: "Removing
+file-less GPU", seen here with Count= alone), so "declared without devices" cannot register;
+proctrack/linuxproc and task/none (no cgroup delegated to a namespace host); daemons run as
+root with state, logs and pid files under the bed's directory; NodeAddr per node (no DNS).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bootstrap.slurm import SlurmLayout, SlurmPaths, render_slurm
+from components.profiles import SlurmHealthCheck, SlurmPartition
+from tests.validate.testbed import REPLAY_DIR, Testbed, missing_requirements
+
+FIXTURES = REPLAY_DIR.parent / "fixtures"
+DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "scontrol", "sinfo", "nsenter")
+CONTROLLER = "ctl"
+
+
+def slurm_missing() -> str | None:
+    why = missing_requirements()
+    if why:
+        return why
+    absent = [d for d in DAEMONS if shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()]
+    if absent:
+        return f"missing {', '.join(absent)} (scripts/setup.sh --with-test-hosts installs slurmctld, slurmd, munge)"
+    return None
+
+
+def _sh(*args: str, check: bool = True, timeout: float = 30, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+@dataclass
+class SlurmBed:
+    n: int = 3
+    scenarios: dict[int, str] = field(default_factory=dict)  # host index -> replay scenario
+    interval_s: int = 10  # HealthCheckInterval
+    tb: Testbed = field(init=False)
+    pids: list[int] = field(default_factory=list)
+    munged_pid: int | None = None
+
+    def __post_init__(self) -> None:
+        self.tb = Testbed(self.n)
+        self.port = 20000 + os.getpid() % 20000  # slurmctld listens in the root namespace: one port per run
+        self.root = self.tb.root / "slurm"
+
+    # -- the environment a Slurm client needs here
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.root / "etc" / "slurm.conf")}
+
+    @property
+    def controller_addr(self) -> str:
+        return f"{self.tb.net}.254"  # the bridge's address in the root namespace
+
+    def layout(self) -> SlurmLayout:
+        names = tuple(h.name for h in self.tb.hosts)
+        return SlurmLayout(
+            cluster_name="gfbed",
+            controller=CONTROLLER,
+            controller_addr=self.controller_addr,
+            node_names=names,
+            cpus=2,  # this machine's; slurmd refuses fewer than configured
+            real_memory_mb=500,
+            gpu_type="a100",
+            gpus_per_node=8,
+            gres_mode="files",
+            gpu_device_prefix=str(self.root / "dev" / "nvidia"),
+            partitions=(SlurmPartition(name="train", default=True, max_time="INFINITE", exclusive=True),),
+            # model_construct: the profile model keeps production intervals >= 30 s; the bed wants 10 s
+            health_check=SlurmHealthCheck.model_construct(
+                interval_s=self.interval_s, node_state="ANY", max_drained_percent=50
+            ),
+            switch_name="gfbed-pg",
+            cgroup=False,
+            paths=SlurmPaths(
+                slurm_user="root",
+                slurmctld_port=self.port,
+                slurmd_port=6818,  # each slurmd has its own network namespace
+                state_save=str(self.root / "state"),
+                slurmd_spool=str(self.root / "spool" / "%n"),
+                log_dir=str(self.root / "log"),
+                run_dir=str(self.root / "run"),
+                munge_socket=str(self.root / "munge" / "munge.socket"),
+                health_check_program=str(self.root / "bin" / "health-check"),
+            ),
+            node_addrs={h.name: h.ip for h in self.tb.hosts},
+        )
+
+    # -- lifecycle
+
+    def up(self) -> SlurmBed:
+        try:
+            self.tb.up()
+            self._up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _up(self) -> None:
+        for sub in ("etc", "state", "spool", "log", "run", "munge", "bin", "dev"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for g in range(8):  # stand-ins for /dev/nvidiaN: slurmd drops a GPU gres without File=
+            _sh("cp", "-a", "/dev/null", str(self.root / "dev" / f"nvidia{g}"))
+        for h in self.tb.hosts:
+            (self.root / "spool" / h.name).mkdir()
+        for rel, text in render_slurm(self.layout()).items():
+            (self.root / "etc" / Path(rel).name).write_text(text)
+        self._health_wrapper()
+        self._munged()
+        for h in self.tb.hosts:
+            self._replay(h.index, self.scenarios.get(h.index, "h100-590"))
+        self._slurmctld()
+        for h in self.tb.hosts:
+            self._slurmd(h.index)
+
+    def _munged(self) -> None:
+        key = self.root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))  # the cluster's key, made for this bed
+        key.chmod(0o400)
+        (self.root / "munge").chmod(0o700)
+        pidfile = self.root / "munge" / "munged.pid"
+        _sh("munged", "--force", f"--socket={self.root}/munge/munge.socket", f"--key-file={key}",
+            f"--pid-file={pidfile}", f"--log-file={self.root}/log/munged.log",
+            f"--seed-file={self.root}/munge/seed")  # fmt: skip
+        self.munged_pid = int(_wait_file(pidfile, "munged"))
+
+    def _slurmctld(self) -> None:
+        conf = self.env["SLURM_CONF"]
+        _sh("unshare", "--uts", "sh", "-c", f"hostname {CONTROLLER} && exec slurmctld -f {conf}", env=self.env)
+        self.pids.append(int(_wait_file(self.root / "run" / "slurmctld.pid", "slurmctld", self.root / "log" / "slurmctld.log")))
+
+    def _slurmd(self, i: int) -> None:
+        h = self.tb.hosts[i - 1]
+        assert h.sshd_pid is not None
+        # `ip netns exec` remounted /sys for the namespace, without the cgroup hierarchies that
+        # slurmd's cgroup plugin insists on finding at start (Slurm 22.05, even with linuxproc):
+        # mount the v1 ones it looks for again, inside this host's mount namespace only.
+        mounts = "mount -t tmpfs cgroup /sys/fs/cgroup && " + " && ".join(
+            f"mkdir -p /sys/fs/cgroup/{d} && mount -t cgroup -o {o} cgroup /sys/fs/cgroup/{d}"
+            for d, o in (("freezer", "freezer"), ("cpuset", "cpuset"), ("memory", "memory"), ("devices", "devices"),
+                         ("systemd", "none,name=systemd"))
+        )
+        _sh("nsenter", "-t", str(h.sshd_pid), "-m", "sh", "-c", f"mountpoint -q /sys/fs/cgroup || {{ {mounts}; }}")
+        _sh("nsenter", "-t", str(h.sshd_pid), "-n", "-u", "-m", "slurmd", "-f", self.env["SLURM_CONF"], "-N", h.name,
+            env={**self.env, "PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})  # fmt: skip
+        self.pids.append(int(_wait_file(self.root / "run" / f"slurmd-{h.name}.pid", f"slurmd {h.name}",
+                                        self.root / "log" / f"slurmd-{h.name}.log")))  # fmt: skip
+
+    def _replay(self, i: int, scenario: str) -> None:
+        """This host's own copy of the replay shims, with its scenario, over /usr/local/bin."""
+        h = self.tb.hosts[i - 1]
+        mine = h.dir / "replay"
+        shutil.copytree(REPLAY_DIR, mine, ignore=shutil.ignore_patterns("__pycache__"))
+        (h.dir / "fixtures").symlink_to(FIXTURES)  # _replay.py finds ../fixtures of the mount's source
+        (mine / "scenario").write_text(scenario + "\n")
+        assert h.sshd_pid is not None
+        _sh("nsenter", "-t", str(h.sshd_pid), "-m", "mount", "--bind", str(mine), "/usr/local/bin")
+
+    def set_scenario(self, i: int, scenario: str) -> None:
+        (self.tb.hosts[i - 1].dir / "replay" / "scenario").write_text(scenario + "\n")
+
+    def _health_wrapper(self) -> None:
+        """The HealthCheckProgram: slurmd runs it with SLURMD_NODENAME and little else, so it sets
+        PATH and SLURM_CONF itself. It acts only while the `enabled` flag file exists."""
+        # The hosts' /root is the test bed's empty home (testbed.py), which hides an interpreter that
+        # lives under /root (pyenv): run gpuforge with the system Python 3 and this environment's
+        # packages on PYTHONPATH instead (same 3.11 ABI as the venv here).
+        repo = Path(__file__).resolve().parents[2]
+        site = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
+        inv = self.root / "inventory.json"
+        script = self.root / "bin" / "health-check"
+        script.write_text(
+            "#!/bin/sh\n"
+            "export PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+            f"export SLURM_CONF={self.env['SLURM_CONF']}\n"
+            f"[ -e {self.root}/bin/enabled ] || exit 0\n"
+            f"export PYTHONPATH={repo}:{site}\n"
+            "exec /usr/bin/python3 -c 'import sys; from gpuforge.cli import main; sys.argv[0] = \"gpuforge\"; main()' "
+            f"health-check --node \"$SLURMD_NODENAME\" --inventory {inv} --checks gpu "
+            f"--max-drained-percent 50 --log {self.root}/log/health-check.jsonl\n"
+        )
+        script.chmod(0o755)
+
+    def enable_health_check(self, on: bool = True) -> None:
+        flag = self.root / "bin" / "enabled"
+        if on:
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+
+    def down(self) -> None:
+        for pid in reversed(self.pids):
+            _kill(pid)
+        self.pids.clear()
+        if self.munged_pid is not None:
+            _kill(self.munged_pid)
+            self.munged_pid = None
+        self.tb.down()  # also kills whatever is left in the hosts' namespaces and removes the directory
+
+    # -- clients
+
+    def client(self, *args: str, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _sh(*args, check=check, timeout=timeout, env=self.env)
+
+    def states(self) -> dict[str, tuple[str, str]]:
+        out = self.client("sinfo", "--noheader", "--Node", "--format=%N|%T|%E").stdout
+        found: dict[str, tuple[str, str]] = {}
+        for line in out.splitlines():
+            name, state, reason = [*line.split("|", 2), "", ""][:3]
+            found.setdefault(name.strip(), (state.strip(), reason.strip()))
+        return found
+
+    def wait_for(self, what: str, predicate: object, timeout_s: float = 90) -> dict[str, tuple[str, str]]:
+        """Poll sinfo until `predicate(states)` holds; bounded."""
+        assert callable(predicate)
+        deadline = time.monotonic() + timeout_s
+        states: dict[str, tuple[str, str]] = {}
+        while time.monotonic() < deadline:
+            try:
+                states = self.states()
+            except subprocess.CalledProcessError:
+                states = {}
+            if predicate(states):
+                return states
+            time.sleep(1)
+        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted((self.root / "log").glob("*")))
+        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last states {states}\n{logs}")
+
+
+def _wait_file(path: Path, what: str, log: Path | None = None) -> str:
+    for _ in range(150):  # daemons fork, then write their pid file: 15 s at most
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.1)
+    tail = log.read_text()[-1500:] if log is not None and log.is_file() else ""
+    raise RuntimeError(f"{what} did not start (no {path}): {tail}")
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

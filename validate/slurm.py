@@ -1,0 +1,188 @@
+"""Reach nodes through Slurm instead of SSH: `srun -w NODE` per node check, one
+`srun --mpi=pmix` allocation across nodes for NCCL, and the scontrol/sinfo calls the health
+check drains and resumes nodes with.
+
+The transport runs where Slurm's client commands work (the head node, a login node, or a
+test bed's controller namespace: `launcher` prefixes every command). The inventory's node names
+are Slurm's NodeNames (gpuforge renders slurm.conf from the same names). Every wait is bounded:
+`--immediate` bounds the wait for an allocation (a drained, down or busy node fails fast, as its
+own outcome), `timeout` bounds the command on the node, and a local deadline bounds srun itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from validate.inventory import Node
+from validate.transport import KILL_AFTER_S, LOCAL_SLACK_S, CommandResult, Outcome, wrap
+
+# srun's own failures, as Slurm 22.05 prints them (src/srun/libsrun/allocate.c, launch.c): the
+# node is out of reach for this run, not a failed check.
+_NO_ALLOCATION = re.compile(
+    r"^srun: error: (Unable to allocate resources|.*Required node not available|.*Invalid node name"
+    r"|.*Requested node configuration is not available|Unable to create step|.*Immediate execution impossible"
+    r"|.*Node count specification invalid|.*Access/permission denied|.*Unable to contact slurm controller).*$",
+    re.MULTILINE,
+)
+_TIMEOUT_RCS = (124, 137)
+
+
+@dataclass(frozen=True)
+class SlurmClient:
+    """How to call Slurm's clients. `launcher` prefixes each command (e.g. `ssh head` or
+    `ip netns exec NS`); `env` is added to the environment (e.g. SLURM_CONF)."""
+
+    launcher: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    partition: str | None = None
+    immediate_s: int = 10  # how long srun may wait for its allocation before the node counts as unavailable
+    job_name: str = "gpuforge-validate"
+
+
+def _run(argv: Sequence[str], settings: SlurmClient, deadline_s: float) -> tuple[int | None, str, str, float]:
+    """Run a client command with a local deadline; (rc or None on deadline, stdout, stderr, seconds)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [*settings.launcher, *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **settings.env},
+        start_new_session=True,  # a deadline kills srun and whatever the launcher started
+    )
+    try:
+        out, err = proc.communicate(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - start
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - start
+
+
+class SlurmTransport:
+    """validate's Transport over srun: one single-task step per node check."""
+
+    kind = "slurm"
+
+    def __init__(self, settings: SlurmClient | None = None) -> None:
+        self.settings = settings or SlurmClient()
+        # One srun per node at a time: on an exclusive partition a second allocation on the same
+        # node would wait behind the first and then fail --immediate.
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    def _lock(self, node: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(node, threading.Lock())
+
+    def srun_argv(self, nodes: Sequence[str], tasks_per_node: int = 1, mpi: str | None = None) -> list[str]:
+        s = self.settings
+        argv = [
+            "srun",
+            f"--nodelist={','.join(nodes)}",
+            f"--nodes={len(nodes)}",
+            f"--ntasks-per-node={tasks_per_node}",
+            f"--immediate={s.immediate_s}",
+            f"--job-name={s.job_name}",
+            "--kill-on-bad-exit=1",
+            "--quiet",
+        ]
+        if s.partition:
+            argv.append(f"--partition={s.partition}")
+        if mpi:
+            argv.append(f"--mpi={mpi}")
+        return argv
+
+    def run(self, node: Node, command: str, timeout_s: float) -> CommandResult:
+        argv = [*self.srun_argv([node.name]), "sh", "-c", wrap(command, timeout_s)]
+        with self._lock(node.name):
+            return self._result(node.name, command, argv, timeout_s)
+
+    def run_allocation(self, nodes: Sequence[str], tasks_per_node: int, argv: Sequence[str], timeout_s: float,
+                       *, mpi: str = "pmix", env: Mapping[str, str] | None = None) -> CommandResult:
+        """One step across `nodes` (e.g. all_reduce_perf, one rank per GPU under PMIx); the
+        result is reported on the first node, as the SSH path reports an mpirun on its first host."""
+        exports = [f"--export=ALL,{','.join(f'{k}={v}' for k, v in env.items())}"] if env else []
+        full = [*self.srun_argv(nodes, tasks_per_node, mpi), *exports,
+                "timeout", "-k", f"{KILL_AFTER_S:g}", f"{timeout_s:g}", *argv]  # fmt: skip
+        locks = [self._lock(n) for n in sorted(nodes)]  # sorted: no two allocations deadlock
+        for lk in locks:
+            lk.acquire()
+        try:
+            return self._result(nodes[0], " ".join(shlex.quote(a) for a in argv), full, timeout_s)
+        finally:
+            for lk in reversed(locks):
+                lk.release()
+
+    def _result(self, node: str, command: str, argv: list[str], timeout_s: float) -> CommandResult:
+        deadline = timeout_s + self.settings.immediate_s + KILL_AFTER_S + LOCAL_SLACK_S
+        rc, out, err, took = _run(argv, self.settings, deadline)
+        if rc is None or rc in _TIMEOUT_RCS:
+            return CommandResult(node, command, Outcome.TIMEOUT, None, out, err, took,
+                                 f"command ran past its bound ({took:.1f} s)")  # fmt: skip
+        refused = _NO_ALLOCATION.search(err)
+        if rc != 0 and refused and not out.strip():
+            detail = "slurm: " + refused.group(0).removeprefix("srun: error: ").strip()
+            return CommandResult(node, command, Outcome.UNREACHABLE, None, out, err, took, detail, "connect")
+        return CommandResult(node, command, Outcome.OK, rc, out, err, took)
+
+    def close(self) -> None:
+        return None
+
+
+# ----------------------------------------------------------------------------- node state
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    state: str  # sinfo %T: idle, allocated, mixed, drained, draining, down, ...
+    reason: str  # sinfo %E: "none" when there is none
+
+    @property
+    def drained(self) -> bool:
+        return self.state.rstrip("*~#!%$@^-") in {"drained", "draining", "drain"} or "drain" in self.state
+
+
+class SlurmError(RuntimeError):
+    """A Slurm client command failed (controller unreachable, permission denied)."""
+
+
+class SlurmControl:
+    """The node states the health check reads and the updates it makes, via sinfo and scontrol."""
+
+    def __init__(self, settings: SlurmClient | None = None, deadline_s: float = 30.0) -> None:
+        self.settings = settings or SlurmClient()
+        self.deadline_s = deadline_s
+
+    def _call(self, argv: list[str]) -> str:
+        rc, out, err, _ = _run(argv, self.settings, self.deadline_s)
+        if rc != 0:
+            why = "timed out" if rc is None else f"exit {rc}"
+            raise SlurmError(f"{' '.join(argv[:3])}: {why}: {err.strip()[-300:]}")
+        return out
+
+    def nodes(self) -> dict[str, NodeStatus]:
+        """Every node once (sinfo prints a node once per partition)."""
+        out = self._call(["sinfo", "--noheader", "--Node", "--format=%N|%T|%E"])
+        found: dict[str, NodeStatus] = {}
+        for line in out.splitlines():
+            name, _, rest = line.partition("|")
+            state, _, reason = rest.partition("|")
+            if name.strip():
+                found.setdefault(name.strip(), NodeStatus(name.strip(), state.strip(), reason.strip()))
+        return found
+
+    def drain(self, node: str, reason: str) -> None:
+        self._call(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
+
+    def resume(self, node: str) -> None:
+        self._call(["scontrol", "update", f"nodename={node}", "state=resume"])
