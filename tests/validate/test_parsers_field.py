@@ -114,7 +114,7 @@ def test_nccl_run_dying_before_the_table_is_an_error():
 # --- Xid: MIG attribution and Xid 95 ------------------------------------------------------------
 
 # The driver's own examples of its Xid lines (NVIDIA/open-gpu-kernel-modules
-# src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c, _gpuGenerateErrorLog_GA100 comment),
+# src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_error_cont_ga100.c at df1c9a3: the error-log comment),
 # as they reach the kernel log after the "NVRM: " prefix.
 XID_MIG_94 = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No"
 XID_95 = "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2,0x1). RST: Yes, D-RST: No"
@@ -155,3 +155,16 @@ def test_iperf_bidir_duplicate_keys_keep_both_directions():
     fwd, rev = (v for k, v in end if k == "sum_received")
     assert m.forward_bps == fwd["bits_per_second"] and m.reverse_bps == rev["bits_per_second"]  # type: ignore[index]
     assert m.version is not None and m.version.startswith("iperf 3.9")
+
+
+def test_gpu_fallen_off_the_bus_without_an_xid_line_is_fatal():
+    import subprocess
+
+    from validate.gpu.xid import GREP
+
+    log = CORPUS / "xid/nvsentinel-155_570_fallen_off_bus_no_xid.txt"
+    # the command's own grep keeps the lines that say so (no "NVRM: Xid" among them)
+    kept = subprocess.run(["grep", "-E", GREP, str(log)], capture_output=True, text=True, timeout=10, check=True)
+    assert "fallen off the bus" in kept.stdout and "NVRM: Xid" not in kept.stdout
+    [r] = XidScanCheck().run_on_output("n1", xid_scan(*kept.stdout.splitlines()), P5)
+    assert r.level is Level.ERROR and r.observed == [{"pci": "PCI:0000:b3:00.0", "xid": 79}]

@@ -19,10 +19,20 @@ from validate.thresholds import policy
 MARK = "# gpuforge xid-scan"
 _SOURCE = re.compile(rf"^{MARK} source=(?P<src>journalctl|dmesg|none)$")
 # The driver's formats (NVIDIA/open-gpu-kernel-modules: the Xid printer in src/nvidia/src/kernel/
-# gpu/rc/, and gpu/arch/ampere/kern_gpu_ga100.c _gpuGenerateErrorLog_GA100, whose comment shows
-# all three): "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..." and, for an error
+# gpu/rc/kernel_rc.c, and gpu/arch/ampere/kern_gpu_error_cont_ga100.c at df1c9a3, whose comment
+# shows all three): "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..." and, for an error
 # attributed to a MIG instance, "(PCI:%04x:%02x:%02x GPU-I:%02u)" or "... GPU-I:%02u GPU-CI:%02u)".
-# Drivers before ~396 printed no "PCI:" prefix ("NVRM: Xid (0000:03:00): 14, Channel 00000001").
+# Older drivers printed no "PCI:" prefix: "NVRM: Xid (0000:03:00): 14, Channel 00000001" (the
+# example in NVIDIA's Xid documentation, as quoted by leptonai/gpud's tests).
+# A GPU that drops off the bus is logged without any Xid line by newer drivers (570: "NVRM: The
+# NVIDIA GPU 0000:b3:00.0 / (PCI ID: ...) installed in this system has / fallen off the bus and is
+# not responding to commands." over three lines, NVIDIA/NVSentinel#155, leptonai/gpud#1209) and
+# by old ones ("NVRM: GPU at 0000:01:00.0 has fallen off the bus.", Bumblebee-Project/Bumblebee#554).
+# It is reported as Xid 79 (GPU has fallen off the bus), which is what it is.
+GREP = r"NVRM: Xid|fallen off the bus|NVRM: The NVIDIA GPU [0-9A-Fa-f]"
+_GPU_LINE = re.compile(r"NVRM: (?:The NVIDIA GPU|GPU at) (?P<bdf>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
+_FALLEN = "fallen off the bus"
+FALLEN_XID = 79
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bdf>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
     r"(?P<mig>(?:\s+GPU-C?I:\s*\d+)*)\s*\):?\s*(?P<code>\d+)\b"
@@ -52,10 +62,10 @@ class XidScanCheck(NodeCheck[XidScan]):
         # readable = at least one kernel line of this boot comes back (a silent permission
         # failure would otherwise look like a clean log)
         return (
-            "if [ -n \"$(journalctl -k -b --no-pager -q -n 1 2>/dev/null)\" ]; then "
-            f"echo '{MARK} source=journalctl'; journalctl -k -b --no-pager -q | grep -F 'NVRM: Xid' || true; "
-            "elif [ -n \"$(dmesg 2>/dev/null | head -n 1)\" ]; then "
-            f"echo '{MARK} source=dmesg'; dmesg | grep -F 'NVRM: Xid' || true; "
+            'if [ -n "$(journalctl -k -b --no-pager -q -n 1 2>/dev/null)" ]; then '
+            f"echo '{MARK} source=journalctl'; journalctl -k -b --no-pager -q | grep -E '{GREP}' || true; "
+            'elif [ -n "$(dmesg 2>/dev/null | head -n 1)" ]; then '
+            f"echo '{MARK} source=dmesg'; dmesg | grep -E '{GREP}' || true; "
             f"else echo '{MARK} source=none'; fi; echo '{MARK} end'"
         )
 
@@ -66,12 +76,19 @@ class XidScanCheck(NodeCheck[XidScan]):
         if lines[-1] != f"{MARK} end":
             raise ParseError("output ends before the xid-scan end marker (truncated or timed out)")
         events = []
+        last_gpu: str | None = None  # the GPU a multi-line "fallen off the bus" message names first
         for line in lines[1:-1]:
             x = _XID.search(line)
-            if x is None:
+            if x is not None:
+                mig = " ".join(x["mig"].split()) or None
+                events.append(XidEvent(f"PCI:{x['bdf']}", int(x["code"]), line.strip(), mig))
+                continue
+            if g := _GPU_LINE.search(line):
+                last_gpu = g["bdf"]
+            if _FALLEN in line:
+                events.append(XidEvent(f"PCI:{last_gpu or 'unknown'}", FALLEN_XID, line.strip()))
+            elif g is None:
                 raise ParseError(f"unexpected line in Xid scan: {line[:80]!r}")
-            mig = " ".join(x["mig"].split()) or None
-            events.append(XidEvent(f"PCI:{x['bdf']}", int(x["code"]), line.strip(), mig))
         return XidScan(m["src"], tuple(events))
 
     def evaluate(self, node: str, measurement: XidScan, expect: Expectations) -> list[CheckResult]:

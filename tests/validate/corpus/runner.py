@@ -8,6 +8,7 @@ status marker its command appends. Nothing else is changed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from validate.gpu.health import GpuHealthCheck
 from validate.gpu.inventory import GpuInventoryCheck
 from validate.gpu.nvlink import NvlinkCheck
 from validate.gpu.topology import TopologyCheck
+from validate.gpu.xid import GREP as XID_GREP
 from validate.gpu.xid import MARK as XID_MARK
 from validate.gpu.xid import XidScanCheck
 from validate.nccl import evaluate_nccl, parse_nccl
@@ -66,7 +68,7 @@ def _node_check(check: Any) -> Callable[[Entry], list[CheckResult]]:
 
 
 def _xid(e: Entry) -> list[CheckResult]:
-    kept = [ln for ln in e.text().splitlines() if "NVRM: Xid" in ln]  # the command's grep -F
+    kept = [ln for ln in e.text().splitlines() if re.search(XID_GREP, ln)]  # the command's grep -E
     out = f"{XID_MARK} source={e.args.get('source', 'dmesg')}\n" + "".join(f"{ln}\n" for ln in kept)
     return XidScanCheck().run_on_output(NODE, out + f"{XID_MARK} end\n", e.expectations())
 
