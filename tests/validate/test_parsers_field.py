@@ -168,3 +168,10 @@ def test_gpu_fallen_off_the_bus_without_an_xid_line_is_fatal():
     assert "fallen off the bus" in kept.stdout and "NVRM: Xid" not in kept.stdout
     [r] = XidScanCheck().run_on_output("n1", xid_scan(*kept.stdout.splitlines()), P5)
     assert r.level is Level.ERROR and r.observed == [{"pci": "PCI:0000:b3:00.0", "xid": 79}]
+
+
+def test_topo_header_with_the_escape_byte_lost_in_a_paste_parses():
+    # B300 (590.44.01) pasted into an issue: "[4mGPU0 ... GPU NUMA ID[0m" without the ESC byte
+    topo = parse_topo(corpus("topo/sglang-26039_b300_590.44.01_8gpu_escape_lost.txt"))
+    assert topo.gpus == tuple(f"GPU{i}" for i in range(8))
+    assert {topo.matrix[i][j] for i in range(8) for j in range(8) if i != j} == {"NV18"}

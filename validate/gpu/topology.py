@@ -22,7 +22,9 @@ _GPU = re.compile(r"^GPU\d+$")
 # Driver 590 on wraps the header row in ANSI underline (ESC[4m ... ESC[0m) even when stdout is a
 # pipe or a file (utkuozdemir/nvidia_gpu_exporter internal/captures/*__590.48.01.txt, written
 # by `nvidia-smi topo -m >> file`): strip every CSI sequence before splitting into tokens.
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Pasted into a web page the ESC byte is often lost and "[4m"/"[0m" are left glued to the first and
+# last header cell (sgl-project/sglang#26039, B300, 590.44.01): strip those remnants too.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\[[0-9;]*m(?=\S|$)")
 
 
 @dataclass(frozen=True)
