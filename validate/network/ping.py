@@ -21,6 +21,12 @@ MTU_NAME = "network.path_mtu"
 _MTU_MARK = "--- gpuforge path mtu ---"
 _RTT = re.compile(r"\btime[=<]([0-9.]+) ?ms\b")
 _SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
+# The same two lines from a ping that ran under another locale (our commands run under LC_ALL=C,
+# but captures from elsewhere may not): iputils in German prints "1 Pakete übertragen, 0 empfangen,
+# 100% packet loss" (a published capture), and "Zeit=0,035 ms"-style replies; only the shape is
+# relied on: count, words, count, words, [+count words,] percent.
+_SUMMARY_ANY = re.compile(r"(\d+) [^\d,\n]+, (\d+) [^\d,\n]+(?:, \+?\d+ [^\d,\n]+)*, [\d.,]+ ?%")
+_RTT_ANY = re.compile(r"\b\w+[=<]([0-9]+(?:[.,][0-9]+)?) ?ms\b")
 # iputils: "rtt min/avg/max/mdev = a/b/c/d ms"; macOS: "round-trip min/avg/max/stddev = ...";
 # busybox: "round-trip min/avg/max = a/b/c ms" (thombashi/pingparsing test captures).
 _RTT_SUMMARY = re.compile(r"(?:rtt|round-trip) min/avg/max(?:/\w+)? = ([0-9.]+)/([0-9.]+)/([0-9.]+)")
@@ -67,11 +73,13 @@ def percentile(values: tuple[float, ...], q: float) -> float:
 
 def parse(stdout: str) -> PingMeasurement:
     main, _, mtu_part = stdout.partition(_MTU_MARK)
-    summary = _SUMMARY.search(main)
+    summary = _SUMMARY.search(main) or _SUMMARY_ANY.search(main)
     if summary is None:
         raise ParseError("no 'packets transmitted' summary line (ping missing or killed?)")
     sent, received = int(summary.group(1)), int(summary.group(2))
     rtts = tuple(float(x) for x in _RTT.findall(main))
+    if not rtts:
+        rtts = tuple(float(x.replace(",", ".")) for x in _RTT_ANY.findall(main))
     if not rtts and received and (agg := _RTT_SUMMARY.search(main)):
         # `ping -q` prints no per-reply lines, only the summary: min/avg/max stand in for the
         # samples, so p50 reads the average and p99 the maximum (never better than measured)
@@ -80,7 +88,7 @@ def parse(stdout: str) -> PingMeasurement:
         raise ParseError(f"inconsistent ping output: {sent} sent, {received} received, {len(rtts)} RTT lines")
     mtu_ok: bool | None = None
     if _MTU_MARK in stdout:
-        m = _SUMMARY.search(mtu_part)
+        m = _SUMMARY.search(mtu_part) or _SUMMARY_ANY.search(mtu_part)
         mtu_ok = bool(m and int(m.group(2)) > 0)
     return PingMeasurement(sent, received, rtts, mtu_ok)
 
