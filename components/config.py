@@ -23,7 +23,7 @@ from components.addressing import (
     addresses_per_node,
     usable_addresses,
 )
-from components.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name
+from components.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name, directory_bucket_name
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 from components.fleet import FleetConfig, check_gpu_quota, parse_fleet
 from components.kubernetes.settings import KubernetesSettings, kubernetes_settings
@@ -458,25 +458,23 @@ def _check_subnet_size(parsed: RawStackConfig, instance: InstanceType, nodes: in
 
 
 def _check_bucket_base(base: str, az_id: str, region: str) -> None:
-    # Directory bucket names are <base>--<azid>--x-s3 and at most 63 characters.
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{1,40}[a-z0-9]", base) or "--" in base:
         raise ConfigError(
             f"{PROJECT}:bucketBase",
             f"{base!r} is not a usable bucket base name",
             "use 3-42 lowercase letters, digits and single hyphens",
         )
-    if len(f"{base}--{az_id}--x-s3") > 63:
-        raise ConfigError(f"{PROJECT}:bucketBase", f"{base!r} is too long for a directory bucket name", "shorten it")
-    # The checkpoint bucket lives in the account's regional namespace (components/bucketnames.py):
-    # <base>-ckpt-<12-digit account>-<region>-an must still fit S3's 63 characters.
-    longest = checkpoint_bucket_name(base, "0" * 12, region)
-    if len(longest) > 63:
-        room = 63 - (len(longest) - len(base))
-        raise ConfigError(
-            f"{PROJECT}:bucketBase",
-            f"{base!r} makes the checkpoint bucket name {len(longest)} characters ({longest}); S3 allows 63",
-            f"set gpuforge:bucketBase to at most {room} characters (default is gpuforge-<stack>)",
-        )
+    # Both names carry the 12-digit account id (components/bucketnames.py) and must fit S3's 63
+    # characters: <base>-<account>--<azid>--x-s3 and <base>-ckpt-<account>-<region>-an.
+    for what, longest in (("directory", directory_bucket_name(base, "0" * 12, az_id)),
+                          ("checkpoint", checkpoint_bucket_name(base, "0" * 12, region))):
+        if len(longest) > 63:
+            room = 63 - (len(longest) - len(base))
+            raise ConfigError(
+                f"{PROJECT}:bucketBase",
+                f"{base!r} makes the {what} bucket name {len(longest)} characters ({longest}); S3 allows 63",
+                f"set gpuforge:bucketBase to at most {room} characters (default is gpuforge-<stack>)",
+            )
     if region in ACCOUNT_REGIONAL_UNSUPPORTED:
         raise ConfigError(
             "aws:region",

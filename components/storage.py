@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from components.bucketnames import ACCOUNT_REGIONAL, checkpoint_bucket_name
+from components.bucketnames import ACCOUNT_REGIONAL, checkpoint_bucket_name, directory_bucket_name
 
 
 @dataclass(frozen=True)
@@ -18,11 +18,6 @@ class StorageArgs:
     region: str
     az_id: str
     tags: dict[str, str] = field(default_factory=dict)
-
-
-def directory_bucket_name(base: str, az_id: str) -> str:
-    # S3 Express requires exactly this form; the AZ ID in the name is how the bucket is pinned.
-    return f"{base}--{az_id}--x-s3"
 
 
 
@@ -37,9 +32,12 @@ class ClusterStorage(pulumi.ComponentResource):
         super().__init__("gpuforge:aws:Storage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
+        # Both bucket names carry the deploying account (components/bucketnames.py).
+        account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id
         express = aws.s3.DirectoryBucket(
             f"{name}-express",
-            bucket=directory_bucket_name(args.bucket_base, args.az_id),
+            # the AZ ID in the name is how S3 Express pins the bucket to the nodes' zone
+            bucket=account.apply(lambda acct: directory_bucket_name(args.bucket_base, acct, args.az_id)),
             location=aws.s3.DirectoryBucketLocationArgs(name=args.az_id, type="AvailabilityZone"),
             data_redundancy="SingleAvailabilityZone",
             type="Directory",
@@ -63,7 +61,6 @@ class ClusterStorage(pulumi.ComponentResource):
             opts=child,
         )
 
-        account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id
         ckpt = aws.s3.Bucket(
             f"{name}-checkpoints",
             bucket=account.apply(lambda acct: checkpoint_bucket_name(args.bucket_base, acct, args.region)),

@@ -18,6 +18,7 @@ def credentials(ctx: Context) -> list[CheckResult]:
             return [result(CHECK_CREDENTIALS, Level.ERROR, None, "a working identity", ident.describe())]
         return [unknown(CHECK_CREDENTIALS, ident, "a working identity")]
     arn = ident.get("Arn")
+    ctx.evidence.account = ident.get("Account")
     return [result(CHECK_CREDENTIALS, Level.PASS, {"account": ident.get("Account"), "arn": arn},
                    "a working identity", f"calling as {arn} in {ctx.region}")]
 

@@ -22,6 +22,7 @@ class Evidence:
     subnet_az: str | None = None  # an existing subnet from config pins the AZ
     no_capacity: set[str] = field(default_factory=set)  # AZ IDs where the capacity probe got ICE
     spot_price: dict[str, float] = field(default_factory=dict)
+    account: str | None = None  # the caller's account id (STS); it is part of the bucket names
 
 
 @dataclass

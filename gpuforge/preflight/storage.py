@@ -4,6 +4,7 @@ directory bucket already lives (moving compute means the hot data must follow)."
 from __future__ import annotations
 
 from common.results import CheckResult, Level
+from components.bucketnames import ACCOUNT_ID, directory_bucket_name
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
@@ -23,9 +24,13 @@ def availability(ctx: Context) -> list[CheckResult]:
 
 
 def existing_bucket(ctx: Context, chosen: str) -> list[CheckResult]:
-    base = ctx.cfg.bucket_base
+    account = ctx.evidence.account
+    if account is None or not ACCOUNT_ID.fullmatch(account):
+        return [result(CHECK_BUCKET, Level.UNKNOWN, None, None,
+                       "the account id is unknown (STS failed), and the directory bucket's name carries it")]
+    base = f"{ctx.cfg.bucket_base}-{account}"
     answer = ctx.aws.call("s3", "list_directory_buckets")
-    expected = f"{base}--{chosen}--x-s3"
+    expected = directory_bucket_name(ctx.cfg.bucket_base, account, chosen)
     if isinstance(answer, Unavailable):
         return [unknown(CHECK_BUCKET, answer, expected)]
     prefix, suffix = f"{base}--", "--x-s3"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import ConfigError
-from components.bucketnames import ACCOUNT_ID, BUCKET_NAME, checkpoint_bucket_name
+from components.bucketnames import ACCOUNT_ID, BUCKET_NAME, checkpoint_bucket_name, directory_bucket_name
 from components.catalog import load_catalog
 from components.config import parse_stack_config
 from gpuforge.offline.mocks import MOCK_ACCOUNT
@@ -24,6 +24,7 @@ from tests.components.stackcfg import base_config
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
 BUCKET = "aws:s3/bucket:Bucket"
+DIRECTORY = "aws:s3/directoryBucket:DirectoryBucket"
 
 
 def _s3_name_ok(name: str) -> bool:
@@ -41,9 +42,23 @@ def test_committed_stacks_checkpoint_bucket_is_account_regional(stack, preview_o
     assert result.run.outputs["checkpointBucket"] == name
 
 
+@pytest.mark.parametrize("stack", STACKS)
+def test_committed_stacks_directory_bucket_carries_the_account(stack, preview_of):
+    """Directory bucket names are unique per zone across accounts and have no account namespace."""
+    result = preview_of(stack)
+    (bucket,) = [r for r in result.run.resources if r.type == DIRECTORY]
+    name = bucket.inputs["bucket"]
+    assert name == f"{result.config.bucket_base}-{MOCK_ACCOUNT}--{result.config.az_id}--x-s3"
+    assert len(name) <= 63 and BUCKET_NAME.fullmatch(name) and not name.startswith("xn--")
+    assert result.run.outputs["directoryBucket"] == name
+
+
 def test_two_accounts_get_two_names():
     assert checkpoint_bucket_name("gpuforge-t", "111122223333", "us-east-1") != checkpoint_bucket_name(
         "gpuforge-t", "444455556666", "us-east-1"
+    )
+    assert directory_bucket_name("gpuforge-t", "111122223333", "use1-az4") != directory_bucket_name(
+        "gpuforge-t", "444455556666", "use1-az4"
     )
     with pytest.raises(ValueError, match="12-digit"):
         checkpoint_bucket_name("gpuforge-t", "1234", "us-east-1")
@@ -69,7 +84,10 @@ def test_longest_accepted_base_fits_s3_rules_in_every_region(region):
         accepted = base
     assert accepted is not None
     assert _s3_name_ok(checkpoint_bucket_name(accepted, "999999999999", region))
-    assert len(checkpoint_bucket_name(accepted + "g", "999999999999", region)) > 63
+    assert len(directory_bucket_name(accepted, "999999999999", az)) <= 63
+    longer = accepted + "g"
+    assert max(len(checkpoint_bucket_name(longer, "999999999999", region)),
+               len(directory_bucket_name(longer, "999999999999", az))) > 63
 
 
 def test_bootstrap_render_of_a_spot_stack_needs_the_account(tmp_path, capsys):

@@ -253,7 +253,8 @@ def test_table_output(aws_env: str, project: Path, quotas: Quotas, image_id: str
 def test_spot_stack_uses_spot_quota_and_prices(aws_env: str, project: Path, quotas: Quotas, image_id: str,
                                                set_stack: Edit) -> None:
     quotas({G_ON_DEMAND: 0, "L-3819A6DF": 128})  # no on-demand G quota at all: a spot stack does not need it
-    set_stack("nlp-inference", amiId=image_id, purchaseOption="spot")
+    # kubernetes none: spot on the stack's EKS node group is refused (the managed node group is on-demand)
+    set_stack("nlp-inference", amiId=image_id, purchaseOption="spot", kubernetes="none")
     code, doc = preflight(project, "nlp-inference")
     results = by_check(doc)
     assert results["quota.spot-vcpus"]["level"] == "pass"

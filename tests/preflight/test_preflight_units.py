@@ -123,3 +123,37 @@ def test_unreachable_endpoint_is_an_error_not_a_crash(aws_env: str, monkeypatch:
     assert isinstance(answer, Unavailable)
     assert answer.kind == "error"
     assert "cannot reach" in answer.reason
+
+
+class _Buckets:
+    """Stands in for the Aws wrapper: ListDirectoryBuckets answers with these names."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def call(self, service: str, op: str, **_: Any) -> Any:
+        assert (service, op) == ("s3", "list_directory_buckets")
+        return {"Buckets": [{"Name": n} for n in self.names]}
+
+
+def _bucket_ctx(names: list[str], account: str | None) -> Any:
+    from components.catalog import load_catalog
+    from components.config import parse_stack_config
+    from gpuforge.preflight.context import Context
+    from tests.components.stackcfg import base_config
+
+    cfg = parse_stack_config(base_config(), "t")
+    return Context(stack="t", cfg=cfg, configured_az="use1-az4", catalog=load_catalog(), aws=_Buckets(names),  # type: ignore[arg-type]
+                   evidence=ev(account=account))
+
+
+def test_existing_directory_bucket_is_looked_up_under_the_accounts_name() -> None:
+    from gpuforge.preflight.storage import existing_bucket
+
+    mine = "gpuforge-t-111122223333--use1-az6--x-s3"
+    (res,) = existing_bucket(_bucket_ctx([mine], "111122223333"), "use1-az4")
+    assert res.level == Level.WARNING and res.expected == "gpuforge-t-111122223333--use1-az4--x-s3"
+    (res,) = existing_bucket(_bucket_ctx(["gpuforge-t-111122223333--use1-az4--x-s3"], "111122223333"), "use1-az4")
+    assert res.level == Level.PASS
+    (res,) = existing_bucket(_bucket_ctx([mine], None), "use1-az4")  # STS failed: no name to look for
+    assert res.level == Level.UNKNOWN
