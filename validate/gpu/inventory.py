@@ -85,6 +85,11 @@ class GpuInventoryCheck(NodeCheck[GpuInventory]):
         rows = [{_ALIASES.get(k, k): v for k, v in r.items()} for r in parse_query_csv(stdout)]
         if not rows:
             raise ParseError("header but no GPU rows")
+        # `--query-gpu ... -l N` repeats every GPU once per sample (lestofante/ksysguard-gpu#27:
+        # thirteen rows of index 0): one GPU per identity, its first sample kept
+        key = next((k for k in ("pci.bus_id", "uuid", "index") if k in rows[0]), None)
+        if key is not None and all(r.get(key) is not None for r in rows):
+            rows = list({r[key]: r for r in reversed(rows)}.values())[::-1]
         columns = frozenset(rows[0])
         return GpuInventory(
             tuple(
