@@ -175,3 +175,18 @@ def test_topo_header_with_the_escape_byte_lost_in_a_paste_parses():
     topo = parse_topo(corpus("topo/sglang-26039_b300_590.44.01_8gpu_escape_lost.txt"))
     assert topo.gpus == tuple(f"GPU{i}" for i in range(8))
     assert {topo.matrix[i][j] for i in range(8) for j in range(8) if i != j} == {"NV18"}
+
+
+def test_smi_q_of_one_selected_gpu_is_not_a_truncated_output():
+    # DERIVED from corpus/smi_q/azhpc-diag_a100_460.32.03_8gpu.txt: its preamble ("Attached GPUs :
+    # 8") and first GPU block whole, which is what `nvidia-smi -q -i 0` prints; cut inside the
+    # block (no "Processes" section yet) it is still a truncated output
+    from validate.gpu.health import GpuHealthCheck
+
+    lines = corpus("smi_q/azhpc-diag_a100_460.32.03_8gpu.txt").splitlines(keepends=True)
+    second = [i for i, ln in enumerate(lines) if ln.startswith("GPU ")][1]
+    one = "".join(lines[:second])
+    levels = {r.check: r.level for r in GpuHealthCheck().run_on_output("n1", one, P4DE)}
+    assert levels == {"gpu.ecc": Level.PASS, "gpu.remap": Level.PASS, "gpu.throttle": Level.PASS}
+    cut = "".join(lines[: second // 2])
+    assert GpuHealthCheck().run_on_output("n1", cut, P4DE)[0].level is Level.UNKNOWN

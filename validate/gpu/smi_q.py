@@ -85,7 +85,11 @@ def parse_smi_q(stdout: str) -> list[SmiBlock]:
             stack.append((indent, child))
     if not blocks:
         raise ParseError("no 'GPU <bus id>' block in nvidia-smi -q output")
-    if attached is not None and attached != len(blocks):
+    # `nvidia-smi -q -i N` (other people's captures) prints the whole "Attached GPUs" count but one
+    # block; a full -q block ends with its "Processes" section, so a complete single block is that,
+    # not a cut-off output (our own command never selects a GPU).
+    selected = len(blocks) == 1 and "Processes" in blocks[0].tree
+    if attached is not None and attached != len(blocks) and not selected:
         raise ParseError(f"'Attached GPUs : {attached}' but {len(blocks)} GPU block(s): output truncated?")
     return blocks
 
