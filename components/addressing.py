@@ -17,12 +17,30 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from common.errors import ConfigError
 from components.catalog import InstanceType
 
 AWS_RESERVED_PER_SUBNET = 5  # VPC user guide, "Subnet CIDR blocks": first four and the last
 # EKS user guide, "View Amazon EKS networking requirements for VPC and subnets": the cluster's
 # subnets need at least six free addresses for its network interfaces, 16 recommended.
 EKS_CONTROL_PLANE_ADDRESSES = 16
+
+
+# What private nodes reach through interface endpoints (issue 10 item 4): Session Manager (ssm,
+# ssmmessages, ec2messages - the SSM agent; VPC user guide / Systems Manager "Use VPC endpoints"),
+# image pulls (ecr.api, ecr.dkr; ECR "Interface VPC endpoints", image layers come from S3 through
+# the gateway endpoint), credentials (sts), EC2 (the EKS node bootstrap and the VPC CNI), logs.
+INTERFACE_SERVICES = ("ssm", "ssmmessages", "ec2messages", "ecr.api", "ecr.dkr", "sts", "ec2", "logs")
+EGRESS_SUBNET_PREFIX = 28  # the NAT gateway's public subnet: it holds the gateway's interface only
+
+
+def egress_subnet_cidr(vpc_cidr: str, taken: list[str]) -> str:
+    """The last /28 of the VPC that overlaps none of `taken` (node subnet, control-plane subnet)."""
+    used = [ipaddress.IPv4Network(t) for t in taken]
+    for candidate in reversed(list(ipaddress.IPv4Network(vpc_cidr).subnets(new_prefix=EGRESS_SUBNET_PREFIX))):
+        if not any(candidate.overlaps(u) for u in used):
+            return str(candidate)
+    raise ValueError(f"no free /{EGRESS_SUBNET_PREFIX} left in {vpc_cidr}")
 
 
 @dataclass(frozen=True)
@@ -53,3 +71,14 @@ def addresses_per_node(instance: InstanceType) -> int:
 
 def usable_addresses(cidr: str) -> int:
     return int(ipaddress.ip_network(cidr).num_addresses) - AWS_RESERVED_PER_SUBNET
+
+
+def control_plane_cidr(vpc_cidr: str, node_subnet_cidr: str) -> str:
+    """The first /24 of the VPC that does not overlap the node subnet (control-plane ENIs only)."""
+    vpc = ipaddress.ip_network(vpc_cidr)
+    nodes = ipaddress.ip_network(node_subnet_cidr)
+    for candidate in vpc.subnets(new_prefix=max(24, vpc.prefixlen)):
+        if not candidate.overlaps(nodes):
+            return str(candidate)
+    raise ConfigError("gpuforge:subnetCidr", f"{node_subnet_cidr} leaves no /24 of {vpc_cidr} for the EKS "
+                      "control plane", "use a smaller subnetCidr or a larger vpcCidr")

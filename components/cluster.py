@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.addressing import control_plane_cidr, egress_subnet_cidr
 from components.ami import lookup_ami, require_pinned_ami
 from components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
 from components.config import StackConfig, node_names
@@ -47,6 +48,9 @@ class GpuCluster(pulumi.ComponentResource):
                 subnet_cidr=cfg.subnet_cidr,
                 ssh_cidrs=cfg.ssh_cidrs,
                 public=cfg.public_ips and cfg.vpc_id is None,
+                nat_gateway=cfg.nat_gateway,
+                egress_subnet_cidr=egress_subnet(cfg) if cfg.nat_gateway else None,
+                interface_endpoints=cfg.interface_endpoints,
                 tags=tags,
                 existing_vpc_id=cfg.vpc_id,
                 existing_subnet_id=cfg.subnet_id,
@@ -108,6 +112,13 @@ def _user_data(cfg: StackConfig, parent: pulumi.Resource) -> pulumi.Input[str]:
         return stack_user_data(cfg).user_data_base64
     account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=parent)).account_id
     return account.apply(lambda acct: stack_user_data(cfg, account_id=acct).user_data_base64)
+
+
+def egress_subnet(cfg: StackConfig) -> str:
+    taken = [cfg.subnet_cidr]
+    if on_eks(cfg):
+        taken.append(control_plane_cidr(cfg.vpc_cidr, cfg.subnet_cidr))
+    return egress_subnet_cidr(cfg.vpc_cidr, taken)
 
 
 def _gpu_nodes(

@@ -20,7 +20,9 @@ from common.errors import ConfigError
 from components.addressing import (
     AWS_RESERVED_PER_SUBNET,
     EKS_CONTROL_PLANE_ADDRESSES,
+    INTERFACE_SERVICES,
     addresses_per_node,
+    interface_layout,
     usable_addresses,
 )
 from components.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name, directory_bucket_name
@@ -81,6 +83,8 @@ class RawStackConfig(BaseModel):
     driverPreinstalled: bool = False
     rootVolumeGib: int | None = Field(default=None, ge=30, le=16384)
     publicIps: bool = True
+    natGateway: bool = True
+    interfaceEndpoints: bool = False
     enaExpress: bool = False
     bucketBase: str | None = None
     team: str | None = None
@@ -154,6 +158,8 @@ class StackConfig(BaseModel):
     driver_preinstalled: bool
     root_volume_gib: int
     public_ips: bool
+    nat_gateway: bool = False  # private nodes' way out (components/network.py); only when they are private
+    interface_endpoints: bool = False
     ena_express: bool
     bucket_base: str
     team: str | None
@@ -289,6 +295,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
     _check_bucket_base(bucket_base, parsed.azId, region)
     fleet = _fleet(parsed, instance, region, catalog, node_count)
     _check_subnet_size(parsed, instance, fleet.max_nodes(node_count))
+    _check_egress(parsed, instance, fleet)
 
     return StackConfig(
         stack=stack,
@@ -311,6 +318,8 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         driver_preinstalled=parsed.driverPreinstalled,
         root_volume_gib=parsed.rootVolumeGib or profile.storage.root_volume_gib,
         public_ips=parsed.publicIps,
+        nat_gateway=parsed.natGateway and parsed.vpcId is None and not parsed.publicIps,
+        interface_endpoints=parsed.interfaceEndpoints,
         ena_express=parsed.enaExpress,
         bucket_base=bucket_base,
         team=parsed.team,
@@ -432,6 +441,39 @@ def _check_network(parsed: RawStackConfig, stack: str) -> None:
         raise ConfigError(f"{PROJECT}:amiId", f"{parsed.amiId!r} is not an AMI id", "write it like ami-0abc1234")
 
 
+def _check_egress(parsed: RawStackConfig, instance: InstanceType, fleet: FleetConfig) -> None:
+    """Every node needs a way out: to package repositories (bootstrap), or on EKS to ECR, STS and
+    EC2. A new VPC puts nodes in a public subnet (an internet gateway route, public IPs) or in a
+    private one behind a NAT gateway and/or interface endpoints (components/network.py)."""
+    if parsed.vpcId:
+        if parsed.interfaceEndpoints:
+            raise ConfigError(f"{PROJECT}:interfaceEndpoints", "gpuforge adds interface endpoints only to a VPC it creates",
+                              "remove it; an existing VPC's owner provides its endpoints")
+        return  # an existing network's egress is its owner's (gpuforge preflight checks the subnet)
+    if parsed.publicIps and parsed.kubernetes == "eks":
+        # EKS rejects a node group in a subnet that routes to an internet gateway but does not
+        # auto-assign public IPs (Ec2SubnetInvalidConfiguration), and multi-card types get no
+        # automatic public IP at all: EKS nodes go in a private subnet.
+        raise ConfigError(f"{PROJECT}:publicIps", "is true, but EKS nodes sit in a private subnet (NAT gateway and/or "
+                          "interface endpoints)", f"set {PROJECT}:publicIps: false")
+    multi_card = len(interface_layout(instance)) > 1
+    if parsed.publicIps and fleet.autoscaling is not None and multi_card:
+        raise ConfigError(
+            f"{PROJECT}:publicIps",
+            f"is true, but EC2 gives {instance.name} (several network cards) no public IP at launch and an Auto "
+            "Scaling group cannot attach Elastic IPs, so its nodes would have no way out",
+            f"set {PROJECT}:publicIps: false (the nodes then leave through a NAT gateway)",
+        )
+    if parsed.publicIps:
+        return
+    if not parsed.natGateway and not parsed.interfaceEndpoints:
+        raise ConfigError(f"{PROJECT}:natGateway", "is false and interfaceEndpoints too: private nodes would have no way out",
+                          "keep natGateway: true, or set interfaceEndpoints: true (and a package mirror for bootstrap)")
+    if not parsed.natGateway and parsed.kubernetes != "eks" and not parsed.mirror:
+        raise ConfigError(f"{PROJECT}:natGateway", "is false, but bootstrap downloads packages from the internet",
+                          f"keep natGateway: true, or set {PROJECT}:mirror to a package mirror the nodes reach")
+
+
 def _check_subnet_size(parsed: RawStackConfig, instance: InstanceType, nodes: int) -> None:
     """The subnet gpuforge creates must hold every node's addresses (at the Auto Scaling maximum),
     and on EKS the system nodes and the control plane's interfaces (components/addressing.py)."""
@@ -446,6 +488,9 @@ def _check_subnet_size(parsed: RawStackConfig, instance: InstanceType, nodes: in
         system = int(defaults()["system_nodes"]["count"])
         need += system + EKS_CONTROL_PLANE_ADDRESSES
         parts.append(f"{system} system nodes, {EKS_CONTROL_PLANE_ADDRESSES} for the EKS control plane")
+    if parsed.interfaceEndpoints:
+        need += len(INTERFACE_SERVICES)  # one network interface per endpoint in the node subnet
+        parts.append(f"{len(INTERFACE_SERVICES)} interface endpoints")
     have = usable_addresses(parsed.subnetCidr)
     if need > have:
         prefix = next(p for p in range(28, 15, -1) if 2 ** (32 - p) - AWS_RESERVED_PER_SUBNET >= need)

@@ -10,7 +10,7 @@ group, which cost the same whichever option the GPU nodes are bought under.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,9 @@ class PlatformPrices:
     eks_source: str
     instance_usd_per_hour: dict[str, dict[str, float]]  # type -> region -> USD per hour
     instance_source: str
+    # The private nodes' way out (components/network.py): per NAT gateway, per interface endpoint and AZ.
+    nat_gateway_usd_per_hour: dict[str, float] = field(default_factory=dict)
+    interface_endpoint_usd_per_hour: dict[str, float] = field(default_factory=dict)
 
     def eks(self, region: str | None) -> float | None:
         return self.eks_usd_per_cluster_hour.get(region) if region else None
@@ -89,6 +92,8 @@ def load_platform_prices(path: Path | None = None) -> PlatformPrices:
         eks_source=str(eks["source"]),
         instance_usd_per_hour={t: {r: float(v) for r, v in by.items()} for t, by in inst["usd_per_hour"].items()},
         instance_source=str(inst["source"]),
+        nat_gateway_usd_per_hour={r: float(v) for r, v in doc["nat_gateway"]["usd_per_hour"].items()},
+        interface_endpoint_usd_per_hour={r: float(v) for r, v in doc["interface_endpoint"]["usd_per_hour"].items()},
     )
 
 
@@ -103,13 +108,33 @@ class FixedItem:
 
 
 def platform_items(cfg: StackConfig, prices: PlatformPrices | None = None) -> tuple[FixedItem, ...]:
-    """The EKS control plane, the system nodes and their root volumes; nothing off EKS."""
+    """The private nodes' NAT gateway and interface endpoints, and on EKS the control plane, the
+    system nodes and their root volumes."""
+    prices = prices or load_platform_prices()
+    return _egress_items(cfg, prices) + _eks_items(cfg, prices)
+
+
+def _egress_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
+    from components.addressing import INTERFACE_SERVICES
+
+    items: list[FixedItem] = []
+    if cfg.nat_gateway:
+        # hourly only: the per-GB processing charge depends on traffic (bootstrap downloads, images)
+        items.append(FixedItem("NAT gateway", 1, "gateway",
+                               prices.nat_gateway_usd_per_hour.get(cfg.region)))
+    if cfg.interface_endpoints:
+        per = prices.interface_endpoint_usd_per_hour.get(cfg.region)
+        n = len(INTERFACE_SERVICES)  # one AZ: the stack's
+        items.append(FixedItem("interface endpoints (1 AZ)", n, "endpoints", None if per is None else per * n))
+    return tuple(items)
+
+
+def _eks_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
     if cfg.kubernetes is None or cfg.kubernetes.mode != "eks":
         return ()
     from components.catalog import load_catalog
     from components.kubernetes.settings import defaults  # data only, no Pulumi
 
-    prices = prices or load_platform_prices()
     system = defaults()["system_nodes"]
     count, type_name, root_gib = int(system["count"]), str(system["instance_type"]), int(system["root_volume_gib"])
     node = prices.instance(type_name, cfg.region)

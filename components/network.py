@@ -1,5 +1,12 @@
-"""The cluster network: one subnet in the stack's AZ ID, a security group for EFA/NCCL, and
-S3 + S3 Express gateway endpoints so data traffic stays inside the VPC."""
+"""The cluster network: one node subnet in the stack's AZ ID, a security group for EFA/NCCL, and
+S3 + S3 Express gateway endpoints so data traffic stays inside the VPC.
+
+The nodes' way out (issue 10 item 4): a public node subnet (internet-gateway route, nodes with
+public IPs), or a private one whose default route goes to a NAT gateway in a small public subnet
+of the same AZ ID, and/or interface endpoints (components/addressing.py INTERFACE_SERVICES) in the
+node subnet. EKS node groups always get the private layout: EKS rejects a node subnet that routes
+to an internet gateway without auto-assigning public IPs (Ec2SubnetInvalidConfiguration, EKS
+user guide "Troubleshoot", managed node group errors)."""
 
 from __future__ import annotations
 
@@ -7,6 +14,8 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+
+from components.addressing import INTERFACE_SERVICES
 
 # What bootstrap needs from the internet: package repositories, NVIDIA's CUDA repo, NGC (HTTPS),
 # and plain HTTP for Ubuntu mirrors. Everything else leaves only towards the security group itself.
@@ -25,6 +34,9 @@ class NetworkArgs:
     tags: dict[str, str] = field(default_factory=dict)
     existing_vpc_id: str | None = None
     existing_subnet_id: str | None = None
+    nat_gateway: bool = False  # private node subnet: default route through a NAT gateway
+    egress_subnet_cidr: str | None = None  # the NAT gateway's public subnet (with nat_gateway)
+    interface_endpoints: bool = False
 
 
 class GpuNetwork(pulumi.ComponentResource):
@@ -72,15 +84,25 @@ class GpuNetwork(pulumi.ComponentResource):
             )
             rt = aws.ec2.RouteTable(f"{name}-rt", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-rt"}, opts=child)
             aws.ec2.RouteTableAssociation(f"{name}-rt-assoc", subnet_id=subnet_res.id, route_table_id=rt.id, opts=child)
-            if args.public:
+            if args.public or args.nat_gateway:
                 igw = aws.ec2.InternetGateway(
                     f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=child
                 )
+            if args.public:
                 aws.ec2.Route(
                     f"{name}-default-route",
                     route_table_id=rt.id,
                     destination_cidr_block="0.0.0.0/0",
                     gateway_id=igw.id,
+                    opts=child,
+                )
+            elif args.nat_gateway:
+                nat = _nat_gateway(name, args, vpc.id, igw, tags, child)
+                aws.ec2.Route(
+                    f"{name}-default-route",
+                    route_table_id=rt.id,
+                    destination_cidr_block="0.0.0.0/0",
+                    nat_gateway_id=nat.id,
                     opts=child,
                 )
             self.vpc_id = vpc.id
@@ -155,6 +177,8 @@ class GpuNetwork(pulumi.ComponentResource):
                 tags=tags,
                 opts=child,
             )
+        if args.interface_endpoints:
+            _interface_endpoints(name, args, self.vpc_id, self.subnet_id, sg.id, tags, child)
         self.security_group_id = sg.id
         self.register_outputs(
             {"vpcId": self.vpc_id, "subnetId": self.subnet_id, "securityGroupId": self.security_group_id}
@@ -168,6 +192,60 @@ def _require_az(subnet: aws.ec2.GetSubnetResult, az_id: str) -> str:
             "use a subnet in that AZ ID or change azId"
         )
     return subnet.availability_zone
+
+
+def _nat_gateway(
+    name: str, args: NetworkArgs, vpc_id: pulumi.Input[str], igw: aws.ec2.InternetGateway, tags: dict[str, str],
+    opts: pulumi.ResourceOptions,
+) -> aws.ec2.NatGateway:
+    """A public NAT gateway in its own small subnet in the stack's AZ ID (a NAT gateway serves
+    one AZ; the nodes live in one), whose route table points at the internet gateway."""
+    if not args.egress_subnet_cidr:
+        raise ValueError("a NAT gateway needs egress_subnet_cidr")
+    subnet = aws.ec2.Subnet(
+        f"{name}-egress", vpc_id=vpc_id, cidr_block=args.egress_subnet_cidr, availability_zone_id=args.az_id,
+        map_public_ip_on_launch=False, tags={**tags, "Name": f"{name}-egress"}, opts=opts,
+    )
+    rt = aws.ec2.RouteTable(f"{name}-egress-rt", vpc_id=vpc_id, tags={**tags, "Name": f"{name}-egress-rt"}, opts=opts)
+    aws.ec2.RouteTableAssociation(f"{name}-egress-rt-assoc", subnet_id=subnet.id, route_table_id=rt.id, opts=opts)
+    aws.ec2.Route(f"{name}-egress-default-route", route_table_id=rt.id, destination_cidr_block="0.0.0.0/0",
+                  gateway_id=igw.id, opts=opts)
+    eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags={**tags, "Name": f"{name}-nat"}, opts=opts)
+    return aws.ec2.NatGateway(
+        f"{name}-nat", subnet_id=subnet.id, allocation_id=eip.id, connectivity_type="public",
+        tags={**tags, "Name": f"{name}-nat"},
+        # the gateway needs the internet gateway attached before it can pass traffic (VPC user guide, NAT gateways)
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[igw])),
+    )
+
+
+def _interface_endpoints(
+    name: str, args: NetworkArgs, vpc_id: pulumi.Input[str], subnet_id: pulumi.Input[str],
+    node_sg: pulumi.Input[str], tags: dict[str, str], opts: pulumi.ResourceOptions,
+) -> None:
+    """One interface endpoint per service in the node subnet, with private DNS so the usual
+    service hostnames resolve to it (needs the VPC's DNS support and hostnames, set above), behind
+    a group that admits tcp/443 from the nodes only."""
+    sg = aws.ec2.SecurityGroup(
+        f"{name}-endpoints-sg", vpc_id=vpc_id, description="gpuforge interface endpoints: HTTPS from the cluster nodes",
+        tags={**tags, "Name": f"{name}-endpoints"}, opts=opts,
+    )
+    aws.vpc.SecurityGroupIngressRule(
+        f"{name}-endpoints-in-443", security_group_id=sg.id, ip_protocol="tcp", from_port=443, to_port=443,
+        referenced_security_group_id=node_sg, description="HTTPS from cluster nodes", tags=tags, opts=opts,
+    )
+    for service in INTERFACE_SERVICES:
+        aws.ec2.VpcEndpoint(
+            f"{name}-{service.replace('.', '-')}-endpoint",
+            vpc_id=vpc_id,
+            service_name=f"com.amazonaws.{args.region}.{service}",
+            vpc_endpoint_type="Interface",
+            subnet_ids=[subnet_id],
+            security_group_ids=[sg.id],
+            private_dns_enabled=True,
+            tags={**tags, "Name": f"{name}-{service}"},
+            opts=opts,
+        )
 
 
 def existing_route_table(vpc_id: str, subnet_id: str, parent: pulumi.Resource) -> str:

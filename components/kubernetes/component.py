@@ -7,7 +7,6 @@ quota that leaves the headroom free, and (inference profiles) the inference serv
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ import pulumi_kubernetes as k8s
 from pulumi.runtime import config as runtime_config
 
 from common.errors import ConfigError
+from components.addressing import control_plane_cidr
 from components.catalog import load_catalog
 from components.config import PROJECT, StackConfig
 from components.kubernetes import manifests as m
@@ -71,17 +71,6 @@ def _settings(cfg: StackConfig) -> KubernetesSettings:
     if cfg.kubernetes is None:
         raise ValueError("GpuKubernetes needs a stack with gpuforge:kubernetes set")
     return cfg.kubernetes
-
-
-def control_plane_cidr(vpc_cidr: str, node_subnet_cidr: str) -> str:
-    """The first /24 of the VPC that does not overlap the node subnet (control-plane ENIs only)."""
-    vpc = ipaddress.ip_network(vpc_cidr)
-    nodes = ipaddress.ip_network(node_subnet_cidr)
-    for candidate in vpc.subnets(new_prefix=max(24, vpc.prefixlen)):
-        if not candidate.overlaps(nodes):
-            return str(candidate)
-    raise ConfigError(f"{PROJECT}:subnetCidr", f"{node_subnet_cidr} leaves no /24 of {vpc_cidr} for the EKS "
-                      "control plane", "use a smaller subnetCidr or a larger vpcCidr")
 
 
 class GpuKubernetes(pulumi.ComponentResource):

@@ -12,7 +12,7 @@ from validate import discover
 
 
 def test_group_members_carry_the_name_suffix_tag(record) -> None:
-    run = record(base_config(autoscaling=True, budgetUsd=900000), stack="asg").run
+    run = record(base_config(autoscaling=True, budgetUsd=900000, publicIps=False), stack="asg").run
     tags = {t["key"]: t for t in one(run, "aws:autoscaling/group:Group").inputs["tags"]}
     assert tags["Name"]["value"] == "asg-node"
     assert tags[NAME_SUFFIX_TAG] == {"key": NAME_SUFFIX_TAG, "value": "instance-id", "propagateAtLaunch": True}

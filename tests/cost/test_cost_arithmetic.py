@@ -10,7 +10,8 @@ Every profile has a 200 GiB gp3 root: 200 * 0.08 / 730 = 0.021917808 $/node-h.
 risk-sim adds 4096 GiB st1: (16 + 4096 * 0.045) / 730 = 200.32 / 730 = 0.274410959 $/node-h.
 nlp-inference runs on EKS (components/catalog/platform_prices.yaml, kubernetes/defaults.yaml):
   control plane 0.10 $/h; system nodes 2 x m6i.large at 0.096 = 0.192 $/h; their roots
-  2 x 30 GiB gp3 = 60 * 0.08 / 730 = 0.006575342 $/h. Fixed: 0.298575342 $/h under every option.
+  2 x 30 GiB gp3 = 60 * 0.08 / 730 = 0.006575342 $/h; its nodes are private and leave through a
+  NAT gateway at 0.045 $/h (platform_prices.yaml nat_gateway). Fixed: 0.343575342 $/h under every option.
 """
 
 from __future__ import annotations
@@ -74,43 +75,44 @@ def test_hybrid_of_the_three_reference_stacks() -> None:
     doc = _cost_json("cv-training", "nlp-inference", "risk-sim")
     hy = doc["hybrid"]
     assert hy["choices"] == {"cv-training": "spot", "nlp-inference": "1y", "risk-sim": "spot"}
-    # on-demand: 27.468968 + 2*(2.176+0.021918) + 0.298575 (EKS fixed) + 62.972822 = 95.136200
-    assert hy["on_demand_usd_per_hour"] == pytest.approx(95.1362, abs=1e-4)
-    # hybrid: 14.279318 + 2*(1.3056+0.021918) + 0.298575 + 2*(4.5474+0.274411) = 26.876550
-    assert hy["hybrid_usd_per_hour"] == pytest.approx(26.8766, abs=1e-4)
-    # saving 1 - 26.876550 / 95.136200 = 0.717494: above the seed's "more than 55%"
-    assert hy["saving"] == pytest.approx(0.7175, abs=1e-4)
+    # on-demand: 27.468968 + 2*(2.176+0.021918) + 0.343575 (EKS and NAT fixed) + 62.972822 = 95.181200
+    assert hy["on_demand_usd_per_hour"] == pytest.approx(95.1812, abs=1e-4)
+    # hybrid: 14.279318 + 2*(1.3056+0.021918) + 0.343575 + 2*(4.5474+0.274411) = 26.921550
+    assert hy["hybrid_usd_per_hour"] == pytest.approx(26.9216, abs=1e-4)
+    # saving 1 - 26.921550 / 95.181200 = 0.717155: above the seed's "more than 55%"
+    assert hy["saving"] == pytest.approx(0.7172, abs=1e-4)
     assert hy["meets_seed_claim"] is True
     # the total row is the sum of the stacks
-    assert doc["total"]["on_demand"]["usd_per_hour"] == pytest.approx(95.1362, abs=1e-4)
+    assert doc["total"]["on_demand"]["usd_per_hour"] == pytest.approx(95.1812, abs=1e-4)
 
 
 def test_inference_alone_is_a_40_percent_commitment_not_55() -> None:
     # One inference stack on a 1-year commitment saves 2 * 2.176 * 0.4 = 1.7408 $/h of
-    # 2 * 2.197918 + 0.298575 = 4.694411 $/h (the EKS fixed items are not discounted): 37.1%. The
+    # 2 * 2.197918 + 0.343575 = 4.739411 $/h (the fixed items are not discounted): 36.7%. The
     # seed's 55% only comes from mixing in spot training, and the report says so instead of claiming it.
     hy = _cost_json("nlp-inference")["hybrid"]
-    assert hy["saving"] == pytest.approx(1.7408 / 4.694411, abs=1e-4)
+    assert hy["saving"] == pytest.approx(1.7408 / 4.739411, abs=1e-4)
     assert hy["meets_seed_claim"] is False
 
 
 def test_eks_stack_adds_control_plane_and_system_nodes_by_hand() -> None:
     (st,) = _cost_json("nlp-inference")["stacks"]
     assert [(f["item"], f["quantity"], f["unit"], f["usd_per_hour"]) for f in st["fixed"]] == [
+        ("NAT gateway", 1, "gateway", 0.045),  # EKS nodes are private; per-GB processing not included
         ("EKS control plane", 1, "cluster", 0.1),
         ("system nodes m6i.large", 2, "nodes", 0.192),
         ("storage system root gp3", 60, "GiB", 0.0066),  # 0.006575, rounded to 4 places
     ]
-    assert st["fixed_usd_per_hour"] == pytest.approx(0.2986, abs=1e-4)
+    assert st["fixed_usd_per_hour"] == pytest.approx(0.3436, abs=1e-4)
     opts = st["options"]
-    # on-demand: 2 * (2.176 + 0.021918) + 0.298575 = 4.694411; x720 = 3379.98
-    assert opts["on_demand"]["usd_per_hour"] == pytest.approx(4.6944, abs=1e-4)
-    assert opts["on_demand"]["usd_per_30_days"] == pytest.approx(3379.98, abs=0.01)
-    # spot: the fixed items cost the same: 2 * (0.5935 + 0.021918) + 0.298575 = 1.529411; x720 = 1101.18
-    assert opts["spot"]["usd_per_hour"] == pytest.approx(1.5294, abs=1e-4)
-    assert opts["spot"]["usd_per_30_days"] == pytest.approx(1101.18, abs=0.01)
-    # 1y: 2 * (1.3056 + 0.021918) + 0.298575 = 2.953611
-    assert opts["1y"]["usd_per_hour"] == pytest.approx(2.9536, abs=1e-4)
+    # on-demand: 2 * (2.176 + 0.021918) + 0.343575 = 4.739411; x720 = 3412.38
+    assert opts["on_demand"]["usd_per_hour"] == pytest.approx(4.7394, abs=1e-4)
+    assert opts["on_demand"]["usd_per_30_days"] == pytest.approx(3412.38, abs=0.01)
+    # spot: the fixed items cost the same: 2 * (0.5935 + 0.021918) + 0.343575 = 1.574411; x720 = 1133.58
+    assert opts["spot"]["usd_per_hour"] == pytest.approx(1.5744, abs=1e-4)
+    assert opts["spot"]["usd_per_30_days"] == pytest.approx(1133.58, abs=0.01)
+    # 1y: 2 * (1.3056 + 0.021918) + 0.343575 = 2.998611
+    assert opts["1y"]["usd_per_hour"] == pytest.approx(2.9986, abs=1e-4)
     # per node and per GPU-hour stay the node's own figures (fixed items are not spread over GPUs)
     assert opts["on_demand"]["usd_per_node_hour"] == pytest.approx(2.1979, abs=1e-4)
     assert opts["on_demand"]["usd_per_gpu_hour"] == pytest.approx(2.1979, abs=1e-4)
@@ -127,8 +129,8 @@ def test_preview_shows_the_eks_items_as_lines() -> None:
     assert lines["EKS control plane"]["on_demand_usd_per_hour"] == pytest.approx(0.10)
     assert lines["system nodes m6i.large"]["on_demand_usd_per_hour"] == pytest.approx(0.192)
     assert all(lines[k]["spot_usd_per_hour"] is None for k in ("EKS control plane", "system nodes m6i.large"))
-    assert est["hourly"]["on_demand"] == pytest.approx(4.6944, abs=1e-4)
-    assert est["hourly"]["spot"] == pytest.approx(1.5294, abs=1e-4)
+    assert est["hourly"]["on_demand"] == pytest.approx(4.7394, abs=1e-4)
+    assert est["hourly"]["spot"] == pytest.approx(1.5744, abs=1e-4)
     assert any("extended support" in n for n in est["notes"])
 
 
@@ -162,7 +164,7 @@ def test_unknown_stack_is_bad_input() -> None:
 def test_table_output_shows_every_option() -> None:
     result = CliRunner().invoke(cli, ["cost", "--project-dir", str(ROOT), "--stack", "nlp-inference", "--format", "table"])
     assert result.exit_code == 0, result.output
-    for label in ("on-demand", "spot", "1y commit", "3y commit", "hybrid", "saving 37.1%", "EKS control plane"):
+    for label in ("on-demand", "spot", "1y commit", "3y commit", "hybrid", "saving 36.7%", "EKS control plane", "NAT gateway"):
         assert label in result.output
 
 
@@ -171,7 +173,8 @@ def test_autoscaled_stack_is_costed_at_its_minimum_with_the_maximum_shown(tmp_pa
     raw = {k: v for k, v in raw.items() if not k.startswith("gpuforge:kube")}
     raw.update({"gpuforge:autoscaling": "true"})
     cost = stack_cost(parse_stack_config(raw, "asg"))
-    # seed autoscaling: min 4, max 32 g4dn.8xlarge at 2.176 + 0.021918 = 2.197918 $/node-h
+    # seed autoscaling: min 4, max 32 g4dn.8xlarge at 2.176 + 0.021918 = 2.197918 $/node-h, plus the
+    # private nodes' NAT gateway (publicIps: false in the stack file) at 0.045 $/h
     assert (cost.node_count, cost.max_nodes) == (4, 32)
-    assert cost.hourly("on_demand") == pytest.approx(4 * 2.197918, abs=1e-5)
-    assert cost.to_dict()["options"]["on_demand"]["usd_per_hour_at_max"] == pytest.approx(32 * 2.197918, abs=1e-4)
+    assert cost.hourly("on_demand") == pytest.approx(4 * 2.197918 + 0.045, abs=1e-5)
+    assert cost.to_dict()["options"]["on_demand"]["usd_per_hour_at_max"] == pytest.approx(32 * 2.197918 + 0.045, abs=1e-4)

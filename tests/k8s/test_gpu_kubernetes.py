@@ -17,9 +17,9 @@ from gpuforge.preview import run_preview
 ROOT = Path(__file__).resolve().parents[2]
 OPERATORS = ["198.51.100.0/24"]  # the public CIDR the EKS API is opened to (required, components/kubernetes/settings.py)
 NLP = {"aws:region": "us-east-1", "gpuforge:profile": "nlp-inference", "gpuforge:azId": "use1-az5",
-       "gpuforge:kubernetes": "eks", "gpuforge:eksPublicAccessCidrs": OPERATORS}
+       "gpuforge:kubernetes": "eks", "gpuforge:eksPublicAccessCidrs": OPERATORS, "gpuforge:publicIps": False}
 CV = {"aws:region": "us-east-1", "gpuforge:profile": "cv-training", "gpuforge:azId": "use1-az4",
-      "gpuforge:kubernetes": "eks", "gpuforge:eksPublicAccessCidrs": OPERATORS}
+      "gpuforge:kubernetes": "eks", "gpuforge:eksPublicAccessCidrs": OPERATORS, "gpuforge:publicIps": False}
 
 
 @pytest.fixture(scope="module")

@@ -103,7 +103,8 @@ def test_gpu_quota_with_headroom(record) -> None:
 
 def test_gpu_quota_counts_an_autoscaling_maximum(record) -> None:
     # 2 x p4de at most = 16 GPUs > 13; the group's maximum counts, not its minimum
-    asg = record("vision-asg", autoscaling=True, autoscalingMin=1, autoscalingMax=2, budgetUsd=40000).run.resources
+    asg = record("vision-asg", autoscaling=True, autoscalingMin=1, autoscalingMax=2, budgetUsd=40000,
+                 publicIps=False).run.resources
     msgs = violations(asg, "gpu-quota")
     assert len(msgs) == 1 and "needs 16 GPUs" in msgs[0]
 
@@ -122,10 +123,11 @@ def test_budget_counts_the_eks_control_plane_and_system_nodes(record) -> None:
     # p4de 27.44705 $/h * 720 = 19,762; on EKS add 2 x m6i.large 0.096 and the control plane 0.10:
     # (27.44705 + 0.192 + 0.10) * 720 = 19,972 $ per 30 days (components/catalog/platform_prices.yaml)
     assert violations(record("plain", budgetUsd=19800).run.resources, "budget-present") == []
-    eks = record("eks", budgetUsd=19800, kubernetes="eks", eksPublicAccessCidrs=["198.51.100.0/24"]).run.resources
+    eks = record("eks", budgetUsd=19800, kubernetes="eks", eksPublicAccessCidrs=["198.51.100.0/24"],
+                 publicIps=False).run.resources
     msgs = violations(eks, "budget-present")
     assert len(msgs) == 1 and "19,972" in msgs[0] and "EKS control plane" in msgs[0]
-    assert violations(record("eks-ok", budgetUsd=20000, kubernetes="eks",
+    assert violations(record("eks-ok", budgetUsd=20000, kubernetes="eks", publicIps=False,
                              eksPublicAccessCidrs=["198.51.100.0/24"]).run.resources, "budget-present") == []
     # the system nodes carry no GPUs: the quota still counts the 8 A100s only
     assert violations(eks, "gpu-quota") == []

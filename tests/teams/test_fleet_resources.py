@@ -60,7 +60,8 @@ def test_spot_fixed_nodes_via_launch_template(record) -> None:
 
 
 def test_spot_autoscaling_uses_capacity_optimised_mixed_instances(record) -> None:
-    run = record("vision-spot-asg", purchaseOption="spot", autoscaling=True, budgetUsd=900000, gpuQuota=None).run
+    run = record("vision-spot-asg", purchaseOption="spot", autoscaling=True, budgetUsd=900000, gpuQuota=None,
+                 publicIps=False).run  # multi-card nodes in a group get no public IP: NAT gateway
     assert "instanceMarketOptions" not in one(run, LT).inputs  # EC2 refuses it in a mixed group
     asg = one(run, ASG).inputs
     dist = asg["mixedInstancesPolicy"]["instancesDistribution"]
@@ -87,7 +88,7 @@ def test_capacity_reservation_and_block(record) -> None:
 
 def test_autoscaling_group_and_queue_alarms_follow_the_seed(record) -> None:
     # seed 001: min 4, max 32, add when more than 5 jobs wait, cooldown 300 s
-    run = record("vision-asg32", autoscaling=True, budgetUsd=700000, gpuQuota=None).run
+    run = record("vision-asg32", autoscaling=True, budgetUsd=700000, gpuQuota=None, publicIps=False).run
     assert run.of_type(INSTANCE) == []  # the group launches the nodes
     asg = one(run, ASG).inputs
     assert (asg["minSize"], asg["maxSize"], asg["defaultCooldown"]) == (4, 32, 300)
@@ -140,7 +141,7 @@ def test_tag_introspection_discriminates() -> None:
 
 @pytest.mark.parametrize(
     "over",
-    [{}, {"purchaseOption": "spot", "autoscaling": True, "budgetUsd": 900000},
+    [{}, {"purchaseOption": "spot", "autoscaling": True, "budgetUsd": 900000, "publicIps": False},
      {"profile": "risk-sim", "azId": "use1-az6", "budgetUsd": 50000}],
     ids=["on-demand", "spot-asg", "risk-sim"],
 )  # fmt: skip
