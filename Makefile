@@ -1,5 +1,5 @@
 # The two commands a newcomer needs (README): `make preview` and `make test`.
-.PHONY: setup preview test lint bench bench-validate
+.PHONY: setup preview test lint bench bench-validate bench-validate-scale
 STACK ?= cv-training
 
 setup:
@@ -24,3 +24,7 @@ bench: setup
 bench-validate:
 	@scripts/setup.sh --with-test-hosts
 	@.venv/bin/python -m bench.validate_scale
+
+# validate's orchestrator at 64..1,024 nodes over a replay transport (no hosts, no root; ~3 min)
+bench-validate-scale: setup
+	@.venv/bin/python -m bench.validate_replay_scale

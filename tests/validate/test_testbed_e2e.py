@@ -232,7 +232,9 @@ def test_healthy_200mbit_fabric_on_a_busy_controller_is_healthy(bed: Testbed, tm
             p.wait(timeout=10)
     assert res.verdict is not None and res.verdict.kind == "healthy", res.verdict
     iperf = [r for r in res.report.results if r.check == "network.iperf3"]
-    assert len(iperf) == 6 and {r.level for r in iperf} == {Level.PASS}
+    assert len(iperf) == 6 and {r.level for r in iperf} == {Level.PASS}, [
+        (r.targets, r.message) for r in iperf if r.level is not Level.PASS
+    ]
     for r in iperf:  # per direction, each direction measured on its own
         assert all(v >= 0.8 * 0.2 for k, v in r.observed.items() if k.endswith("_gbps")), r.observed
     assert res.report.context["tcp_model"]["kind"] == "stated"

@@ -35,6 +35,7 @@ class NetworkStage:
         self.runs: dict[Pair, list[tcp_test.PairRun]] = {}
         self.ceilings: dict[Pair, model.Ceiling] = {}
         self.failed: dict[Pair, CheckResult] = {}  # pairs with no usable run: their last failure
+        self.attempts: dict[Pair, int] = {}
         self.rounds: list[list[Pair]] = []
 
     # -- the stage
@@ -114,13 +115,13 @@ class NetworkStage:
             except ParseError as exc:
                 self.r.report.add(CheckResult(ping.NAME, Level.UNKNOWN, (iperf.pair_label(a, b),), None, None, str(exc)))
         plans = {p: self._pair_model(*p)[0] for p in pairs}
+        runs = len(tcp_test.phases(st))
         ports: dict[Pair, list[int]] = {}
         slot = 0
-        width = sum(pl.processes for pl in plans.values())
-        for p in pairs:
-            ports[p] = [st.port(no, slot + j, width) for j in range(plans[p].processes)]
-            slot += plans[p].processes
-        runs = 1 if st.bidir else 2
+        width = sum(runs * pl.processes for pl in plans.values())
+        for p in pairs:  # a port per process per run (tcp_test.server_command says why)
+            ports[p] = [st.port(no, slot + j, width) for j in range(runs * plans[p].processes)]
+            slot += runs * plans[p].processes
         sjobs = [
             Job(node[b], tcp_test.server_command(node[b].data_address, ports[(a, b)], st, runs), 10.0, (a, b))
             for a, b in pairs
@@ -162,20 +163,25 @@ class NetworkStage:
                 self._fail((a, b), CheckResult(iperf.NAME, Level.UNKNOWN, label, None, None, f"could not parse: {exc}"))
                 continue
             self.runs.setdefault((a, b), []).append(run)
+            self.attempts[(a, b)] = self.attempts.get((a, b), 0) + 1
 
     def _fail(self, pair: Pair, result: CheckResult) -> None:
         self.failed[pair] = result
+        self.attempts[pair] = self.attempts.get(pair, 0) + 1
 
     def _retest(self, verdict: localise.Verdict) -> localise.Verdict:
-        """Measure each low pair that no slow node explains again, up to `retests` times, in rounds
-        of disjoint pairs; each pair keeps its best run. A slow node's pairs are not retested: it
-        has already shown itself low with three different peers."""
+        """Measure again, up to `retests` times, in rounds of disjoint pairs, each low pair that no
+        slow node explains and each pair with no usable run yet (an iperf3 error, a timeout, a
+        server that did not start: a busy host looks like that too); each pair keeps its best run.
+        A slow node's pairs are not retested: it has shown itself low with three different peers."""
         for _ in range(max(0, self.r.opt.retests)):
             slow = set(verdict.slow_nodes)
+            unmeasured = [p for p in self.attempts if not any(r.error is None for r in self.runs.get(p, []))]
             again = [
                 p
-                for p in verdict.low_pairs
-                if p[0] not in slow and p[1] not in slow and len(self.runs.get(p, [])) <= self.r.opt.retests
+                for p in dict.fromkeys([*verdict.low_pairs, *unmeasured])
+                if p[0] not in slow and p[1] not in slow and self.attempts.get(p, 0) <= self.r.opt.retests
+                and self.r.states[p[0]].state == "ok" and self.r.states[p[1]].state == "ok"
             ]
             if not again:
                 break
@@ -219,16 +225,22 @@ class NetworkStage:
             res = tcp_test.evaluate(*pair, runs, self.ceilings[pair])
             self.r.report.add(res)
             first = runs[0]
-            if len(runs) > 1 and first.error is None and res.level is Level.PASS and pair not in verdict.low_pairs:
-                worst = [tcp_test.worst_gbps(r) for r in runs if r.error is None]
+            if len(runs) > 1 and res.level is Level.PASS:
+                ok = [tcp_test.worst_gbps(r) for r in runs if r.error is None]
+                seen: dict[str, object] = {"runs": len(runs), "best_gbps": round(max(ok), 4)}
+                if first.error is None:
+                    seen["first_gbps"] = round(tcp_test.worst_gbps(first), 4)
+                else:
+                    seen["first_error"] = first.error
                 self.r.report.add(
                     CheckResult(
                         "network.iperf3.intermittent",
                         Level.WARNING,
                         (iperf.pair_label(*pair),),
-                        {"first_gbps": round(worst[0], 4), "best_gbps": round(max(worst), 4), "runs": len(runs)},
+                        seen,
                         None,
-                        "low on the first run, at speed on a retest: intermittent or a busy host (evidence kept)",
+                        "low or failed on the first run, at speed on a retest: intermittent or a busy host "
+                        "(evidence kept)",
                     )
                 )
 

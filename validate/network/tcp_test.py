@@ -32,13 +32,20 @@ _MARK = "--- gpuforge iperf3 "
 _CHUNK = re.compile(r"^--- gpuforge iperf3 (fwd|rev|bidir)\.(\d+) ---$", re.M)
 
 
+def phases(settings: IperfSettings) -> list[tuple[str, str]]:
+    """(name, iperf3 flag) of each run a pair makes: forward then reverse, or one --bidir run."""
+    return [("bidir", "--bidir")] if settings.bidir else [("fwd", ""), ("rev", "-R")]
+
+
 def server_command(bind: str, ports: list[int], settings: IperfSettings, runs: int = 2) -> str:
-    """k servers, each serving `runs` tests in turn (forward, then reverse), bounded by `timeout`,
-    and a bounded wait until all of them listen."""
+    """One one-shot server (`-1`) per port, each bounded by `timeout`, and a bounded wait until
+    all of them listen. Every run of every process has a port of its own: a server asked for a
+    second test right after its first can still be winding the first down and answer "the server
+    is busy" (seen on a loaded test bed), so no server serves two."""
     life = runs * settings.run_bound_s() + 10
     b = shlex.quote(bind)
     starts = " ".join(
-        f"nohup timeout -k 2 {life:g} iperf3 -s -B {b} -p {int(p)} >/dev/null 2>&1 </dev/null &" for p in ports
+        f"nohup timeout -k 2 {life:g} iperf3 -s -1 -B {b} -p {int(p)} >/dev/null 2>&1 </dev/null &" for p in ports
     )
     checks = " && ".join(f"ss -Hltn 'sport = :{int(p)}' | grep -q ." for p in ports)
     return (
@@ -48,16 +55,19 @@ def server_command(bind: str, ports: list[int], settings: IperfSettings, runs: i
 
 
 def client_command(server: str, ports: list[int], flows_per_process: int, settings: IperfSettings) -> str:
-    """Forward with all k processes at once, then reverse; each process's JSON behind a marker."""
+    """All k processes of a run at once, one run after the other (forward, then reverse); each
+    process's JSON behind a marker. `ports` holds k ports per run, in run order."""
     s = shlex.quote(server)
     base = (
         f"iperf3 -c {s} -P {int(flows_per_process)} -t {settings.duration_s:g} -O {settings.omit_s:g} -J "
         f"--connect-timeout {settings.connect_timeout_ms}"
     )
-    phases = [("bidir", "--bidir")] if settings.bidir else [("fwd", ""), ("rev", "-R")]
+    runs = phases(settings)
+    k = len(ports) // len(runs)
     body = []
-    for name, flag in phases:
-        starts = " ".join(f'{base} -p {int(p)} {flag} --logfile "$d/{name}.{i}" >/dev/null 2>&1 &' for i, p in enumerate(ports))
+    for r, (name, flag) in enumerate(runs):
+        mine = ports[r * k : (r + 1) * k]
+        starts = " ".join(f'{base} -p {int(p)} {flag} --logfile "$d/{name}.{i}" >/dev/null 2>&1 &' for i, p in enumerate(mine))
         body.append(f"{starts} wait;")
     return (
         "d=$(mktemp -d) || exit 1; " + " ".join(body) + " rc=0; "
