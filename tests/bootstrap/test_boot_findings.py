@@ -239,3 +239,62 @@ def test_every_apt_get_of_a_run_waits_for_the_dpkg_lock(efa_run: Sandbox) -> Non
     assert apt and all(c[1:3] == ["-o", "DPkg::Lock::Timeout=1800"] for c in apt), apt
     conf = (efa_run.root / "etc/apt/apt.conf.d/90gpuforge-dpkg-lock").read_text()
     assert conf.strip() == 'DPkg::Lock::Timeout "1800";'
+
+
+def test_efa_node_allows_ptrace_between_ranks(efa_run: Sandbox, stack_cfg: dict[str, StackConfig]) -> None:
+    conf = (efa_run.root / "etc/sysctl.d/90-gpuforge-efa-ptrace.conf").read_text()
+    assert conf.strip() == "kernel.yama.ptrace_scope = 0"
+    assert ["sysctl", "-q", "-w", "kernel.yama.ptrace_scope=0"] in efa_run.calls()
+    # The name sorts after Ubuntu's 10-ptrace.conf, so `sysctl --system` at every boot ends with 0.
+    # A node without EFA keeps Ubuntu's default.
+    assert "ptrace" not in render_text(stack_cfg["nlp-inference"])
+
+
+def render_text(cfg: StackConfig) -> str:
+    from bootstrap.render import render_user_data
+
+    return render_user_data(cfg, "n1").files["user-data.yaml"]
+
+
+def test_nouveau_is_blacklisted_and_unloaded(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["nlp-inference"], "n1")
+    (sb.root / "proc").mkdir()
+    (sb.root / "proc/modules").write_text("nouveau 2334720 0 - Live 0x0000000000000000\ndrm 622592 1 nouveau, Live 0x0\n")
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    assert (sb.root / "etc/modprobe.d/blacklist-nouveau.conf").read_text() == "blacklist nouveau\noptions nouveau modeset=0\n"
+    calls = sb.calls()
+    assert ["modprobe", "-r", "nouveau"] in calls and ["update-initramfs", "-u"] in calls
+    assert calls.index(["modprobe", "-r", "nouveau"]) < next(
+        i for i, c in enumerate(calls) if c[:2] == ["apt-get", "install"] and any(a.startswith("cuda-drivers") for a in c)
+    ), "nouveau is gone before the nvidia module is built and loaded"
+    (sb.root / "proc/modules").write_text("drm 622592 0 - Live 0x0\n")
+    assert sb.run().returncode == 0
+    assert not [c for c in sb.last_run_calls() if c[0] in ("update-initramfs", "modprobe")]
+
+
+def test_nouveau_in_use_asks_for_a_reboot(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["nlp-inference"], "n1", env_overrides={"FAKE_FAIL": "modprobe"})
+    (sb.root / "proc").mkdir()
+    (sb.root / "proc/modules").write_text("nouveau 2334720 1 - Live 0x0\n")
+    assert sb.run().returncode != 0
+    err = sb.status()["error"]
+    assert err["phase"] == "driver" and "reboot the node" in err["message"]
+
+
+def test_kernel_is_held_with_the_pinned_driver(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path, stack_cfg["nlp-inference"], "n1")
+    kernel = os.uname().release
+    (sb.state / "dpkg").mkdir(parents=True, exist_ok=True)
+    for pkg in ("linux-aws", "linux-image-aws", "linux-headers-aws", f"linux-image-{kernel}", f"linux-modules-{kernel}"):
+        (sb.state / "dpkg" / pkg).write_text("6.8.0.1030.31\n")
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    held = set((sb.state / "held").read_text().split())
+    want = {"linux-aws", "linux-image-aws", "linux-headers-aws", f"linux-image-{kernel}", f"linux-headers-{kernel}",
+            f"linux-modules-{kernel}"}  # fmt: skip
+    assert want <= held, want - held
+    pre = Sandbox(tmp_path / "pre", stack_cfg["nlp-inference"].model_copy(update={"driver_preinstalled": True}), "n1")
+    (pre.state / "driver-version").write_text("570.86.15\n")
+    (pre.state / "dpkg").mkdir(parents=True, exist_ok=True)
+    (pre.state / "dpkg" / "linux-aws").write_text("6.8.0.1030.31\n")
+    assert pre.run().returncode == 0, pre.log()[-2000:]
+    assert "linux-aws" not in (pre.state / "held").read_text().split(), "the AMI's driver: the AMI's kernel policy"

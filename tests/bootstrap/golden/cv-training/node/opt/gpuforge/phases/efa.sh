@@ -23,6 +23,16 @@ efa_bin="$R/opt/amazon/efa/bin"
 "$efa_bin/fi_info" -p efa -t FI_EP_RDM >/dev/null 2>&1 || die "libfabric has no efa provider after installing EFA $ver"
 link "$efa_bin/fi_info" "$R/usr/local/bin"
 
+# Open MPI's intra-node single-copy path (CMA, process_vm_readv) needs ptrace between the ranks
+# of one user; Ubuntu ships kernel.yama.ptrace_scope=1 (/etc/sysctl.d/10-ptrace.conf).
+# ParallelCluster turns it off on EFA compute nodes (aws-parallelcluster-cookbook
+# cookbooks/aws-parallelcluster-config/recipes/efa.rb @ 5a0428db). A later file wins.
+put "$R/etc/sysctl.d/90-gpuforge-efa-ptrace.conf" "kernel.yama.ptrace_scope = 0"
+if [ "$(sysctl -n kernel.yama.ptrace_scope)" != 0 ]; then
+  sysctl -q -w kernel.yama.ptrace_scope=0
+  changed "kernel.yama.ptrace_scope=0"
+fi
+
 # aws-ofi-nccl's configure stops without the hwloc headers (aws/aws-ofi-nccl configure.ac CHECK_PKG_HWLOC
 # @ 01f16dd3, m4/check_pkg_hwloc.m4 @ 561c1b6e); AWS's own EFA nccl-tests Dockerfile installs libhwloc-dev first.
 apt_install libhwloc-dev

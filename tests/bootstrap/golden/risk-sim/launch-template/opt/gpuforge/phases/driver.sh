@@ -8,16 +8,33 @@ repo="https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64
 apt_key "${repo}3bf863cc.pub" EB693B3035CD5710E231E123A4B469963BF863CC cuda
 put "$R/etc/apt/sources.list.d/gpuforge-cuda.list" "deb [signed-by=/etc/apt/keyrings/cuda.gpg] $repo /"
 # Pin every package of the driver to one version, so a dependency or unattended-upgrades
-# cannot pull a newer driver than the fabric manager (they must match exactly).
-put "$R/etc/apt/preferences.d/gpuforge-nvidia-driver" "Package: /^(cuda-drivers|nvidia-|libnvidia-|xserver-xorg-video-nvidia)/
+# cannot pull a newer driver than the fabric manager (they must match exactly). libxnvctrl0
+# (nvidia-settings' library, pulled in by cuda-drivers) carries the driver's version too.
+put "$R/etc/apt/preferences.d/gpuforge-nvidia-driver" "Package: /^(cuda-drivers|nvidia-|libnvidia-|libxnvctrl|xserver-xorg-video-nvidia)/
 Pin: version 550.90.07-*
 Pin-Priority: 1001
 
 Package: /^nvidia-container-|^libnvidia-container/
 Pin: version *
 Pin-Priority: 500"
+# nouveau must not claim the GPUs before nvidia does (ParallelCluster writes the same file:
+# aws-parallelcluster-cookbook resources/nvidia_driver/partial/_nvidia_driver_common.rb @ 960ff9f8).
+if [ "$(cat "$R/etc/modprobe.d/blacklist-nouveau.conf" 2>/dev/null)" != $'blacklist nouveau\noptions nouveau modeset=0' ]; then
+  put "$R/etc/modprobe.d/blacklist-nouveau.conf" $'blacklist nouveau\noptions nouveau modeset=0'
+  update-initramfs -u  # nouveau may sit in the initramfs and load before the blacklist is read
+fi
+if grep -q '^nouveau ' "$R/proc/modules" 2>/dev/null; then
+  modprobe -r nouveau || die "nouveau is loaded and in use: blacklisted now, reboot the node to continue"
+  changed "unloaded nouveau"
+fi
 apt_install "linux-headers-$(uname -r)" cuda-drivers-550=550.90.07-1
 hold cuda-drivers-550 nvidia-driver-550
+# The pinned driver's kernel module is built (DKMS) for this kernel. A kernel upgrade by
+# unattended-upgrades would boot into a kernel the pinned driver may not build for: hold the
+# running kernel and the linux-aws meta packages that pull new ones.
+for k in "linux-image-$(uname -r)" "linux-headers-$(uname -r)" "linux-modules-$(uname -r)" linux-aws linux-image-aws linux-headers-aws; do
+  if installed "$k"; then hold "$k"; fi
+done
 nvidia-smi -L >/dev/null 2>&1 || modprobe nvidia || die "driver installed but the nvidia module does not load (Secure Boot? kernel headers?)"
 nvidia-smi -L >/dev/null 2>&1 || die "nvidia-smi fails: no working NVIDIA driver"
 # Persistence mode: keeps the driver initialised between jobs (and across reboots via the daemon).
