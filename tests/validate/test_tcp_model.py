@@ -17,7 +17,7 @@ import pytest
 
 from common.results import Level
 from components.catalog import load_catalog
-from validate import thresholds
+from validate import localise, thresholds
 from validate.checks import Expectations
 from validate.network import model, tcp_test
 
@@ -159,3 +159,20 @@ def test_best_run_counts_and_expected_text_prints_the_reason() -> None:
     assert res.level is Level.PASS and res.observed["all_runs_gbps"] == [0.05, 0.094]
     assert "0.8 x 0.1: link speed stated in the inventory" in str(res.expected)
     assert tcp_test.evaluate("a", "b", [low, low], c).level is Level.ERROR
+
+
+def test_a_saved_baseline_carries_the_slowest_healthy_pair(tmp_path: Path) -> None:
+    """--save-baseline keeps the slowest direction of a healthy run; --baseline judges against it."""
+    pairs = [localise.PairValue("a", "b", 0.095, 0.097), localise.PairValue("b", "c", 0.093, 0.096),
+             localise.PairValue("c", "a", 0.097, 0.094)]  # fmt: skip
+    results = localise.results(localise.classify(pairs, 0.1), localise.matrix(["a", "b", "c"], pairs))
+    figures = thresholds.baseline_figures(results)
+    assert figures == {"tcp_pair_gbps": 0.093}
+    thresholds.save_baseline(tmp_path / "b.json", figures, profile="cv-training", instance_type="p4de.24xlarge")
+    exp = thresholds.apply_baseline(
+        thresholds.build_expectations("cv-training", "p4de.24xlarge"), thresholds.load_baseline(tmp_path / "b.json")
+    )
+    facts = model.facts(exp)
+    c = model.ceiling(facts, model.plan(facts, ((3, 9),)))
+    assert (c.kind, c.gbps, c.floor_gbps) == ("baseline", 0.093, pytest.approx(0.8 * 0.093))
+    assert any("baseline" in s for s in c.sources)
