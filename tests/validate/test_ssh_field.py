@@ -82,6 +82,18 @@ def test_thirty_two_commands_at_once_on_one_node_under_stock_sshd(bed1: Testbed)
     assert all(r.stage == "command" for r in results)
 
 
+@pytest.mark.netns
+@pytest.mark.slow
+def test_commands_over_ssh_run_in_the_c_locale(bed1: Testbed) -> None:
+    # whatever locale the node's login gives, the tools speak C (ping summaries, decimal points)
+    t = _transport(bed1)
+    try:
+        res = t.run(_node(bed1), 'echo "$LC_ALL"', 10)
+    finally:
+        t.close()
+    assert res.ok and res.stdout == "C\n"
+
+
 # --- keys: passphrase and ssh-agent --------------------------------------------------------------
 
 
