@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from gpuforge.cli import main
+from validate.inventory import Inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -65,8 +66,9 @@ def test_exported_inventory_gets_past_validate_loading(stack, form, exported, tm
     key.write_text("not used: validate stops before connecting\n")
     seen: list[Any] = []
 
-    def stop(kind: str, inv: Any, accept_new: bool, timeouts: Any) -> Any:
-        seen.append(inv)
+    def stop(*args: Any, **kwargs: Any) -> Any:
+        # whatever else the transport factory takes, it is handed the loaded Inventory
+        seen.extend(a for a in (*args, *kwargs.values()) if isinstance(a, Inventory))
         raise _Reached
 
     monkeypatch.setattr("gpuforge.commands.validate._transport", stop)
