@@ -183,7 +183,11 @@ class Runner:
         jobs = [Job(n, "true", 10.0) for n in self.inv.nodes]
         kind = self.transport.kind
         # only an SSH connection is evidence that SSH works; `local` ran a shell here
-        ok = "ssh ok" if kind == "ssh" else f"{kind}: commands run on this machine, not over a network"
+        ok = {
+            "ssh": "ssh ok",
+            "local": "local: commands run on this machine, not over a network",
+            "slurm": "slurm: reached through srun",
+        }.get(kind, f"{kind}: reached")
         for res in self.run_jobs("connect", jobs):
             if not self.lost(res):
                 self.report.add(CheckResult("node.reachable", Level.PASS, (res.node,), "ok", "ok", ok))

@@ -271,6 +271,13 @@ def test_local_transport_does_not_report_ssh() -> None:
     [row] = [r for r in res.report.results if r.check == "node.reachable"]
     assert row.level is Level.PASS and "ssh" not in row.message.lower()
 
+    class ThroughSrun(LocalTransport):  # only the kind differs: what the reachable row may claim
+        kind = "slurm"
+
+    res = Runner(inv, ThroughSrun(), [], lambda n: Expectations(), options=RunOptions(network=False)).run()
+    [row] = [r for r in res.report.results if r.check == "node.reachable"]
+    assert "srun" in row.message and "ssh" not in row.message.lower()
+
 
 @pytest.mark.netns
 @pytest.mark.slow
