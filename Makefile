@@ -1,5 +1,5 @@
 # The two commands a newcomer needs (README): `make preview` and `make test`.
-.PHONY: setup preview test lint bench bench-validate bench-validate-scale
+.PHONY: setup preview test lint bench bench-validate bench-validate-scale bench-rehearsal
 STACK ?= cv-training
 
 setup:
@@ -28,3 +28,8 @@ bench-validate:
 # validate's orchestrator at 64..1,024 nodes over a replay transport (no hosts, no root; ~3 min)
 bench-validate-scale: setup
 	@.venv/bin/python -m bench.validate_replay_scale
+
+# Needs root: boots every profile's node from its user data (tests/rehearsal) and times it.
+bench-rehearsal:
+	@scripts/setup.sh --with-test-hosts
+	@.venv/bin/python -m bench.rehearsal

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bootstrap.render import RenderedBootstrap, render_user_data
+from bootstrap.versions import Versions
 from components.config import StackConfig
 from components.monitoring import agent_config
 from components.operations import idle_alarm_args
@@ -29,11 +30,16 @@ def metric_namespace(cfg: StackConfig) -> str | None:
     return str(agent["metrics"]["namespace"]) if agent is not None else None
 
 
-def stack_user_data(cfg: StackConfig, node_name: str | None = None, account_id: str | None = None) -> RenderedBootstrap:
-    """`account_id` names a spot stack's checkpoint bucket (components/storage.py); others ignore it."""
+def stack_user_data(
+    cfg: StackConfig, node_name: str | None = None, account_id: str | None = None, versions: Versions | None = None
+) -> RenderedBootstrap:
+    """`account_id` names a spot stack's checkpoint bucket (components/storage.py); others ignore it.
+    `versions`: the manifest to render with (default bootstrap/versions.yaml; the first-boot
+    rehearsal passes its own key fingerprints and stand-in digests)."""
     return render_user_data(
         cfg,
         node_name,
+        versions=versions,
         checkpoint_command=checkpoint_command(cfg, account_id),
         checkpoint_images=checkpoint_images(cfg),
         cloudwatch_agent=node_agent_config(cfg),

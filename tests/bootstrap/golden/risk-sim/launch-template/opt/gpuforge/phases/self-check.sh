@@ -15,7 +15,10 @@ drv=$(cut -d, -f2 <<<"$out" | tr -d ' ' | sort -u | paste -sd/ -)
 [ "$drv" = 550.90.07 ] || miss+=("driver $drv, expected 550.90.07")
 if grep -qv Enabled <<<"$(cut -d, -f3 <<<"$out")"; then miss+=("persistence mode is off on some GPU"); fi
 # By the /usr/local/bin link: what cloud-init, units and `ssh node cmd` find on PATH.
-nefa=$("$R/usr/local/bin/fi_info" -p efa -t FI_EP_RDM 2>/dev/null | sed -n 's/^ *domain: *//p' | sort -u | grep -c . || true)
+# Count the RDM domains of the efa provider itself: fi_info -p efa also lists utility providers
+# layered on it ("provider: efa;ofi_rxd" over the efa_N-dgrm domain, captured in ofiwg/libfabric#5689).
+nefa=$("$R/usr/local/bin/fi_info" -p efa -t FI_EP_RDM 2>/dev/null |
+  awk '$1 == "provider:" { efa = ($2 == "efa") } efa && $1 == "domain:" { print $2 }' | sort -u | grep -c . || true)
 [ "$nefa" -eq 1 ] || miss+=("$nefa EFA devices with the efa provider, expected 1")
 [ -e "$R/opt/aws-ofi-nccl/lib/libnccl-net.so" ] || miss+=("aws-ofi-nccl plugin missing")
 [ "$(sysctl -n kernel.yama.ptrace_scope 2>/dev/null)" = 0 ] || miss+=("kernel.yama.ptrace_scope is not 0 (Open MPI intra-node)")

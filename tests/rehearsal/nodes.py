@@ -1,0 +1,358 @@
+"""Rehearsal nodes: the rendered user data booting under systemd and cloud-init, one
+systemd-nspawn container per node, on a private test network with the package mirror and the
+instance metadata stand-in. A reusable fixture (issue 11; the Slurm work boots nodes with it):
+
+    with Rehearsal(image).up() as r:                # bridge, mirror, IMDS, login key
+        node = r.boot("node-1", user_data, hardware=...)   # gzip user data, as EC2 receives it
+        r.wait_bootstrap(node)                       # cloud-init ran the bootstrap
+        r.ssh(node, "cat /var/lib/gpuforge/bootstrap-status.json")
+        r.inventory("cv-training")                   # what `gpuforge validate` reads
+
+Per node: an overlay over the cached Debian root (tests/rehearsal/root.py), booted with
+`systemd-nspawn --register=no --keep-unit -b` (systemd is PID 1), one veth into the rehearsal
+bridge with a static address (systemd-networkd; EC2 would use DHCP), and a NoCloud seed holding
+the user data and the login user's public key (EC2: IMDS user-data and public-keys). cloud-init
+makes the host keys at first boot, as on EC2; the rehearsal reads them from the node's disk
+into `known_hosts` (EC2: the console output) and SSH checks them strictly.
+
+What the root is told so that it behaves like the Ubuntu AMI (written before first boot, in
+/etc/cloud/cloud.cfg.d/90-gpuforge-rehearsal.cfg): default user `ubuntu` with passwordless sudo
+and the `apt` sources rewritten from user data (Ubuntu's cloud.cfg; Debian's sets
+preserve_sources_list), the NoCloud datasource. chrony may not set the host's clock from a
+container: it runs with -x (no clock control) instead of being skipped by its ConditionCapability.
+
+Names carry a per-process prefix (gr<pid>), the /24 has a blackhole route, nothing routes out;
+`down()` removes everything it made, also after a failed `up()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from bootstrap.versions import Versions, load_versions
+from tests.rehearsal.imds import ADDRESS as IMDS_ADDRESS
+from tests.rehearsal.imds import Imds, InstanceMetadata
+from tests.rehearsal.mirror import MirrorServer, MirrorTree, SigningKey
+from tests.rehearsal.root import RootImage
+
+LOGIN_USER = "ubuntu"
+STATUS = "var/lib/gpuforge/bootstrap-status.json"
+CLOUD_CFG = {
+    # Ubuntu's cloud.cfg (cloud-init config/cloud.cfg.tmpl, variant ubuntu): the default user.
+    "system_info": {"default_user": {
+        "name": LOGIN_USER, "lock_passwd": True, "gecos": "Ubuntu", "groups": ["adm", "sudo"],
+        "sudo": ["ALL=(ALL) NOPASSWD:ALL"], "shell": "/bin/bash",
+    }},
+    "apt": {"preserve_sources_list": False},
+    "datasource_list": ["NoCloud", "None"],
+    "network": {"config": "disabled"},  # the rehearsal's networkd file sets the address
+}  # fmt: skip
+
+
+def _sh(*args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class Node:
+    name: str
+    index: int
+    ip: str
+    instance_id: str
+    dir: Path
+    hardware: dict[str, Any]
+    veth_host: str
+    veth_node: str
+    disks: list[str] = field(default_factory=list)  # loop devices bound into the node
+    proc: subprocess.Popen[bytes] | None = None
+    boots: int = 0
+
+    @property
+    def root(self) -> Path:
+        return self.dir / "merged"
+
+    def log(self) -> str:
+        """The bootstrap log, read from the node's disk (root-only on the node)."""
+        try:
+            return (self.root / "var/log/gpuforge/bootstrap.log").read_text()
+        except OSError:
+            return ""
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            doc: dict[str, Any] = json.loads((self.root / STATUS).read_text())
+            return doc
+        except (OSError, ValueError):
+            return None
+
+
+@dataclass
+class Rehearsal:
+    image: RootImage
+    versions: Versions = field(default_factory=load_versions)
+    prefix: str = field(default_factory=lambda: f"gr{os.getpid()}")
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gf-rehearsal-", dir="/var/tmp")))
+    nodes: dict[str, Node] = field(default_factory=dict)
+    mirror: MirrorServer | None = None
+    tree: MirrorTree | None = None
+    imds: Imds | None = None
+    _created: list[tuple[str, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        pid = os.getpid()
+        # 10.<50-149>.<0-255>.0/24: apart from tests/validate/testbed.py's 10.150-249
+        self.net = f"10.{50 + (pid >> 8) % 100}.{pid % 256}"
+        self.bridge = f"{self.prefix}br"[:15]
+        self.key = self.workdir / "id_ed25519"
+        self.known_hosts = self.workdir / "known_hosts"
+
+    # -- lifecycle
+
+    def up(self) -> Rehearsal:
+        try:
+            self._up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __enter__(self) -> Rehearsal:
+        return self
+
+    def __exit__(self, *exc: object | TracebackType) -> None:
+        self.down()
+
+    def _up(self) -> None:
+        if f" {self.net}." in _sh("ip", "-o", "addr").stdout:
+            raise RuntimeError(f"subnet {self.net}.0/24 already in use here")
+        _sh("ip", "link", "add", self.bridge, "type", "bridge")
+        self._created.append(("ip", "link", "del", self.bridge))
+        _sh("ip", "addr", "add", f"{self.net}.254/24", "dev", self.bridge)
+        _sh("ip", "addr", "add", f"{IMDS_ADDRESS}/32", "dev", self.bridge)
+        _sh("ip", "link", "set", self.bridge, "up")
+        _sh("ip", "route", "add", "blackhole", f"{self.net}.0/24", "metric", "4242")
+        self._created.append(("ip", "route", "del", "blackhole", f"{self.net}.0/24", "metric", "4242"))
+        _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "rehearsal", "-f", str(self.key))
+        self.known_hosts.write_text("")
+        self.archive_key = SigningKey(self.workdir / "gpg-archive").create()
+        self.vendor_key = SigningKey(self.workdir / "gpg-vendor").create()
+        self.tree = MirrorTree(self.workdir / "mirror", self.versions, self.image, self.vendor_key,
+                               archive_key=self.archive_key).build()  # fmt: skip
+        self.mirror = MirrorServer(self.tree.root, f"{self.net}.254").start()
+        self.imds = Imds(self.bridge).start()
+
+    def down(self) -> None:
+        keep = os.environ.get("GPUFORGE_REHEARSAL_LOGS")  # a directory: keep each node's logs there
+        for node in list(self.nodes.values()):
+            self._stop(node, timeout=30)
+            if keep:
+                self._save_logs(node, Path(keep) / node.name)
+            _sh("umount", str(node.root), check=False)
+        for server in (self.mirror, self.imds):
+            if server is not None:
+                server.stop()
+        for cmd in reversed(self._created):
+            _sh(*cmd, check=False)
+        self._created.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- what callers use
+
+    @property
+    def pins(self) -> Versions:
+        """The versions to render user data with: the manifest, with the rehearsal's signing-key
+        fingerprint and stand-in tarball digests in place of the vendors' (tests/rehearsal/mirror.py)."""
+        assert self.tree is not None and self.tree.pins is not None
+        return self.tree.pins
+
+    def mirror_entries(self, *, broken_driver: bool = False) -> list[str]:
+        """`gpuforge:mirror` for a stack whose nodes install from this rehearsal's mirror."""
+        assert self.tree is not None and self.mirror is not None
+        return self.tree.entries(self.mirror.url, f"{self.net}.254:{self.mirror.port}",
+                                 cuda="cuda-broken" if broken_driver else "cuda")  # fmt: skip
+
+    def boot(self, name: str, user_data: bytes, *, hardware: dict[str, Any], tags: dict[str, str] | None = None) -> Node:
+        """Create a node and boot it for the first time with `user_data` (bytes, as EC2 receives them)."""
+        index = len(self.nodes) + 1
+        node = Node(name, index, f"{self.net}.{index}", f"i-0rehearsal{os.getpid():06x}{index:02d}",
+                    self.workdir / f"n{index}", hardware,
+                    f"{self.prefix}h{index}"[:15], f"{self.prefix}n{index}"[:15])  # fmt: skip
+        for d in ("upper", "work", "merged", "seed", "hw"):
+            (node.dir / d).mkdir(parents=True)
+        _sh("mount", "-t", "overlay", "overlay", "-o",
+            f"lowerdir={self.image.tree},upperdir={node.dir / 'upper'},workdir={node.dir / 'work'}", str(node.root))  # fmt: skip
+        self.nodes[name] = node
+        self._prepare(node, user_data)
+        self._attach_disks(node)
+        assert self.imds is not None
+        self.imds.instances[node.ip] = InstanceMetadata(node.instance_id, tags or {"Name": name}, local_ipv4=node.ip)
+        self.start(node)
+        return node
+
+    def start(self, node: Node) -> None:
+        """Boot the node (again: a stop/start keeps its disk, like an EBS root)."""
+        netns = f"{self.prefix}-n{node.index}"
+        if not Path(f"/run/netns/{netns}").exists():
+            # A named namespace handed to nspawn: its --network-interface wants udev, which this
+            # host may not run. The namespace (and the veth in it) outlives a stop/start.
+            _sh("ip", "netns", "add", netns)
+            self._created.append(("ip", "netns", "del", netns))
+            _sh("ip", "link", "add", node.veth_host, "type", "veth", "peer", "name", node.veth_node, "netns", netns)
+            self._created.append(("ip", "link", "del", node.veth_host))
+            _sh("ip", "link", "set", node.veth_host, "master", self.bridge, "up")
+        with open(node.dir / f"console-{node.boots + 1}.log", "wb") as console:  # the child keeps its own fd
+            node.proc = self._nspawn(node, netns, console)
+        node.boots += 1
+
+    def _nspawn(self, node: Node, netns: str, console: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            ["systemd-nspawn", "--register=no", "--keep-unit", "-b", "-q", "-D", str(node.root), "-M", node.name,
+             # CAP_NET_ADMIN inside its own namespace only: networkd configures the node's address
+             f"--network-namespace-path=/run/netns/{netns}", "--capability=CAP_NET_ADMIN",
+             "--console=pipe", "--link-journal=no", "--timezone=off",
+             f"--bind-ro={node.dir / 'hw'}:/run/gpuforge-rehearsal", *(f"--bind={d}" for d in node.disks)],
+            stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def stop(self, node: Node, timeout: float = 90) -> None:
+        self._stop(node, timeout)
+
+    def wait_bootstrap(self, node: Node, run: int = 1, timeout: float = 1200) -> dict[str, Any]:
+        """Wait (bounded) until bootstrap run `run` has finished on the node; return its status."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            doc = node.status()
+            if doc and doc.get("run", 0) >= run and doc.get("state") in ("succeeded", "failed"):
+                self._learn_host_key(node)
+                return doc
+            if node.proc is not None and node.proc.poll() is not None:
+                raise RuntimeError(f"{node.name}: the container exited ({node.proc.returncode}); see {node.dir}/console-*.log")
+            time.sleep(2)
+        raise TimeoutError(f"{node.name}: bootstrap run {run} not finished after {timeout:.0f}s; status {node.status()}")
+
+    def ssh(self, node: Node, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """A non-login session as the login user, host key checked strictly (as validate connects)."""
+        return subprocess.run(
+            ["ssh", "-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+             "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", f"{LOGIN_USER}@{node.ip}", command],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+
+    def inventory(self, profile: str, nodes: list[Node], instance_type: str | None = None) -> dict[str, Any]:
+        """What `gpuforge validate` reads (the stack output's shape) for `nodes`."""
+        return {
+            "profile": profile,
+            "ssh": {"user": LOGIN_USER, "key_file": str(self.key), "known_hosts": str(self.known_hosts), "port": 22},
+            "nodes": [{"name": n.name, "host": n.ip, "instance_type": instance_type} for n in nodes],
+        }
+
+    def set_spot_notice(self, node: Node, action: str = "terminate") -> None:
+        assert self.imds is not None
+        self.imds.instances[node.ip].spot_action = {"action": action, "time": "2026-01-01T00:02:00Z"}
+
+    # -- internals
+
+    def _prepare(self, node: Node, user_data: bytes) -> None:
+        root = node.root
+        assert self.tree is not None
+        (node.dir / "hw" / "hardware.json").write_text(json.dumps(node.hardware))
+        seed = root / "var/lib/cloud/seed/nocloud"
+        seed.mkdir(parents=True)
+        (seed / "user-data").write_bytes(user_data)
+        pub = Path(f"{self.key}.pub").read_text().strip()
+        meta = {"instance-id": node.instance_id, "local-hostname": node.name, "public-keys": [pub]}
+        (seed / "meta-data").write_text(yaml.safe_dump(meta))
+        cfg = root / "etc/cloud/cloud.cfg.d/90-gpuforge-rehearsal.cfg"
+        cfg.write_text("# gpuforge rehearsal: what the Ubuntu AMI's cloud.cfg says (see tests/rehearsal/nodes.py)\n"
+                       + yaml.safe_dump(CLOUD_CFG))  # fmt: skip
+        veth_node = node.veth_node
+        net = root / "etc/systemd/network/10-rehearsal.network"
+        net.parent.mkdir(parents=True, exist_ok=True)
+        net.write_text(f"[Match]\nName={veth_node}\n\n[Network]\nAddress={node.ip}/24\n\n"
+                       f"[Route]\nDestination={IMDS_ADDRESS}/32\n")  # fmt: skip
+        wants = {
+            "multi-user.target.wants/systemd-networkd.service": "systemd-networkd.service",
+            "sockets.target.wants/systemd-networkd.socket": "systemd-networkd.socket",
+            "network-online.target.wants/systemd-networkd-wait-online.service": "systemd-networkd-wait-online.service",
+        }
+        for link, unit in wants.items():
+            path = root / "etc/systemd/system" / link
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.is_symlink():
+                path.symlink_to(f"/lib/systemd/system/{unit}")
+        dropin = root / "etc/systemd/system/chrony.service.d/90-gpuforge-rehearsal.conf"
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        dropin.write_text("# a container may not set the host's clock: run without clock control\n"
+                          "[Unit]\nConditionCapability=\n")  # fmt: skip
+        (root / "etc/default/chrony").write_text('DAEMON_OPTS="-F 1 -x"\n')
+        # The archive's signing key, trusted as an Ubuntu AMI trusts Ubuntu's (ubuntu-keyring).
+        keyring = root / "etc/apt/trusted.gpg.d/gpuforge-rehearsal-archive.gpg"
+        keyring.write_bytes(self.archive_key.binary())
+
+    def _save_logs(self, node: Node, dest: Path) -> None:
+        dest.mkdir(parents=True, exist_ok=True)
+        for rel in ("var/log/gpuforge/bootstrap.log", "var/log/cloud-init-output.log", "var/log/cloud-init.log", STATUS):
+            src = node.root / rel
+            if src.exists():
+                shutil.copy(src, dest / src.name)
+        for console in node.dir.glob("console-*.log"):
+            shutil.copy(console, dest / console.name)
+
+    def _attach_disks(self, node: Node) -> None:
+        """Instance-store NVMe disks and EBS volumes as loop devices, named under /dev/disk/by-id
+        as on a Nitro instance (there by udev's rules for the NVMe model and serial, here by a
+        tmpfiles.d entry: a container has no udev). hardware: nvme_disks (count), ebs_volumes (ids)."""
+        links = []
+        names = [f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{node.index:02d}{i:015d}"
+                 for i in range(int(node.hardware.get("nvme_disks", 0)))]  # fmt: skip
+        names += [f"nvme-Amazon_Elastic_Block_Store_{vol.replace('-', '')}" for vol in node.hardware.get("ebs_volumes", [])]
+        for i, name in enumerate(names):
+            backing = node.dir / f"disk{i}.img"
+            with open(backing, "wb") as f:
+                f.truncate(256 * 1024 * 1024)
+            dev = _sh("losetup", "-f", "--show", str(backing)).stdout.strip()
+            self._created.append(("losetup", "-d", dev))
+            node.disks.append(dev)
+            links.append(f"L+ /dev/disk/by-id/{name} - - - - {dev}")
+        if links:
+            conf = node.root / "etc/tmpfiles.d/gpuforge-rehearsal-disks.conf"
+            conf.write_text("# gpuforge rehearsal: the instance's disks by id (tests/rehearsal/nodes.py)\n"
+                            "d /dev/disk/by-id 0755 root root -\n" + "\n".join(links) + "\n")  # fmt: skip
+
+    def _learn_host_key(self, node: Node) -> None:
+        pub = (node.root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
+        lines = [ln for ln in self.known_hosts.read_text().splitlines() if not ln.startswith(f"{node.ip} ")]
+        self.known_hosts.write_text("\n".join([*lines, f"{node.ip} {pub[0]} {pub[1]}"]) + "\n")
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            with socket.socket() as s:
+                s.settimeout(2)
+                if s.connect_ex((node.ip, 22)) == 0:
+                    return
+            time.sleep(1)
+
+    def _stop(self, node: Node, timeout: float) -> None:
+        proc = node.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # nspawn -b: asks systemd in the container to power off
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+        node.proc = None

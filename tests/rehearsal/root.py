@@ -1,0 +1,88 @@
+"""The root file system rehearsal nodes boot: Debian bookworm from the Debian registry, built with
+mmdebstrap and cached as a tarball keyed by its package lists (about 4 minutes on a loaded
+2-core machine; later runs only extract it).
+
+A Debian root stands in for the Ubuntu AMI: it carries what an Ubuntu cloud image already has
+(systemd, cloud-init, openssh-server, curl, gnupg, python3, chrony, mdadm, nvme-cli, pciutils),
+and nothing the bootstrap installs. The real Debian packages that the bootstrap and the EFA
+installer install from the Ubuntu archive (build-essential, iperf3, libhwloc-dev, the EFA
+installer's dependencies) are downloaded with their dependencies next to the tarball and served
+by the rehearsal's package mirror, so the node installs them with apt, from the mirror, as on EC2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+SUITE = "bookworm"
+REGISTRY = "http://deb.debian.org/debian"
+# What the Ubuntu cloud image ships (and the rehearsal needs to boot: systemd, dbus, cloud-init,
+# sshd). e2fsprogs is one: a first rehearsal without it died in the scratch phase (mkfs.ext4).
+ROOT_PACKAGES = (
+    "systemd", "systemd-sysv", "dbus", "cloud-init", "openssh-server", "sudo", "curl", "ca-certificates",
+    "python3", "gnupg", "iproute2", "chrony", "mdadm", "nvme-cli", "pciutils", "kmod", "netbase", "iputils-ping",
+    "less", "e2fsprogs", "procps", "xz-utils", "bzip2", "lsb-release", "psmisc",
+)  # fmt: skip
+# Installed by the node from the mirror: bootstrap/plan.py BASE_PACKAGES that the image lacks,
+# the tools phase's iperf3, aws-ofi-nccl's hwloc headers, and the EFA installer's apt dependencies
+# (efa_installer.sh install_dependencies(): pciutils environment-modules tcl libnl-3-dev libnl-route-3-dev).
+MIRROR_PACKAGES = (
+    "build-essential", "iperf3", "libhwloc-dev", "environment-modules", "tcl", "libnl-3-200", "libnl-3-dev",
+    "libnl-route-3-200", "libnl-route-3-dev",
+)  # fmt: skip
+RECIPE = 1  # bump when the build steps below change
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GPUFORGE_REHEARSAL_CACHE", "/var/cache/gpuforge-rehearsal"))
+
+
+def root_key() -> str:
+    text = "\n".join([str(RECIPE), SUITE, REGISTRY, " ".join(ROOT_PACKAGES), " ".join(MIRROR_PACKAGES)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RootImage:
+    tree: Path  # the extracted root, used read-only as the lower layer of every node
+    debs: Path  # real Debian packages for the mirror's archive
+
+    @property
+    def kernel_release(self) -> str:
+        return os.uname().release  # a container runs the host's kernel
+
+
+def ensure_root(timeout_s: float = 1500) -> RootImage:
+    """The cached root for the current package lists, built first when missing."""
+    base = cache_dir() / root_key()
+    tree, debs, tar = base / "tree", base / "debs", base / "root.tar"
+    if (base / "ready").exists():
+        return RootImage(tree, debs)
+    shutil.rmtree(base, ignore_errors=True)
+    debs.mkdir(parents=True)
+    hook = (
+        f'chroot "$1" apt-get install --download-only -y -q {" ".join(MIRROR_PACKAGES)} && '
+        f'cp "$1"/var/cache/apt/archives/*.deb {debs}/ && '
+        # every node makes its own host keys at first boot (cloud-init cc_ssh), as on EC2
+        'rm -f "$1"/etc/ssh/ssh_host_* && '
+        # the node knows no archive but the mirror that its user data names
+        'rm -f "$1"/etc/apt/sources.list "$1"/etc/apt/sources.list.d/*'
+    )
+    subprocess.run(
+        ["mmdebstrap", "--variant=apt", f"--include={','.join(ROOT_PACKAGES)}", f"--customize-hook={hook}",
+         SUITE, str(tar), REGISTRY],
+        check=True, capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+    tree.mkdir()
+    subprocess.run(["tar", "-xpf", str(tar), "-C", str(tree), "--numeric-owner"], check=True, timeout=600)
+    (base / "ready").write_text(root_key() + "\n")
+    return RootImage(tree, debs)
+
+
+def missing_tools() -> list[str]:
+    return [t for t in ("mmdebstrap", "systemd-nspawn", "dpkg-deb", "apt-ftparchive", "gpg", "ip") if not shutil.which(t)]

@@ -1,0 +1,154 @@
+"""First boot, rehearsed (issue 11): the rendered user data boots under systemd and cloud-init,
+installs from the stack's mirror, and `gpuforge validate` proves the node over SSH as its
+unprivileged login user.
+
+One profile here (risk-sim's recipe: driver, CUDA + NCCL, EFA + aws-ofi-nccl, containers, NGC,
+tools, CloudWatch agent, data volume, scratch), on p5.4xlarge: an EFA instance with one
+instance-store disk, because this machine's kernel has no md driver for the RAID0 that p3dn's
+two disks need (tests/rehearsal/README.md; bench/rehearsal.py rehearses the reference shapes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuforge.cli import main
+from tests.rehearsal.nodes import Rehearsal
+from tests.rehearsal.root import ensure_root, missing_tools
+from tests.rehearsal.stacks import Booted, boot_stack
+
+pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]
+STACK, SHAPE = "risk-sim", "p5.4xlarge"
+CHECKS = "bootstrap.status,efa.provider,system"
+
+
+def _why_not() -> str | None:
+    import os
+
+    if os.geteuid() != 0:
+        return "needs root (systemd-nspawn, overlay mounts, loop devices, network namespaces)"
+    if missing := missing_tools():
+        return f"missing tools: {', '.join(missing)} (scripts/setup.sh --with-test-hosts installs them)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def rehearsal() -> Iterator[Rehearsal]:
+    if why := _why_not():
+        pytest.skip(why)
+    with Rehearsal(ensure_root()).up() as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def healthy(rehearsal: Rehearsal) -> Booted:
+    return boot_stack(rehearsal, STACK, "risk-1", SHAPE)
+
+
+def _failed_phase(status: dict) -> tuple[str | None, str]:
+    err = status.get("error") or {}
+    return err.get("phase"), str(err.get("message"))
+
+
+def _xfail_known(status: dict) -> None:
+    """Failures of the issue's findings 1-6 (helper boot-fixes fixes them in the templates):
+    named here by their exact symptom, so anything else fails the test."""
+    phase, msg = _failed_phase(status)
+    if phase == "efa" and "libfabric has no efa provider" in msg:
+        pytest.xfail("finding 1: fi_info is only on login shells' PATH (/etc/profile.d/efa.sh)")
+    if phase == "efa" and "hwloc" in msg:
+        pytest.xfail("finding 2: aws-ofi-nccl's configure needs hwloc headers (libhwloc-dev)")
+
+
+def test_first_boot_runs_every_phase_from_the_mirror(rehearsal: Rehearsal, healthy: Booted) -> None:
+    status = healthy.status
+    _xfail_known(status)
+    assert status["state"] == "succeeded", _failed_phase(status)
+    assert {p["state"] for p in status["phases"]} == {"succeeded"}
+    assert status["node"] == "risk-1", "the name comes from the Name tag, read from IMDSv2"
+    assert status["versions"]["observed"]["efa_installer"] == rehearsal.versions.efa_installer.version
+    assert rehearsal.mirror is not None
+    got = {a.path for a in rehearsal.mirror.downloads(healthy.node.ip)}
+    v = rehearsal.versions
+    for wanted in (f"/efa-installer/aws-efa-installer-{v.efa_installer.version}.tar.gz",
+                   f"/aws-ofi-nccl/v{v.aws_ofi_nccl.version}/aws-ofi-nccl-{v.aws_ofi_nccl.version}.tar.gz",
+                   "/cuda/ubuntu2204/x86_64/InRelease", "/nvidia-container-toolkit/gpgkey",
+                   "/v2/nvcr/nvidia/cuda/manifests/12.4.1-devel-ubuntu22.04"):  # fmt: skip
+        assert wanted in got, f"{wanted} not fetched from the mirror"
+    assert rehearsal.imds is not None
+    assert any(m == "PUT" and s == 200 for c, m, _, s in rehearsal.imds.requests if c == healthy.node.ip)
+
+
+def test_login_user_reads_the_status_in_a_non_login_session(rehearsal: Rehearsal, healthy: Booted) -> None:
+    res = rehearsal.ssh(healthy.node, "cat /var/lib/gpuforge/bootstrap-status.json")
+    if "Permission denied" in res.stderr:
+        pytest.xfail("finding 5: /var/lib/gpuforge is 0750, the login user cannot read the status file")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["run"] >= 1
+
+
+def _validate(r: Rehearsal, booted: Booted, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict]]:
+    """`gpuforge validate` as a user runs it: real SSH as the login user (non-login sessions),
+    strict host keys. GPU checks beyond the inventory gate are left out: the stand-in driver
+    replays captures of other machines for them (tests/rehearsal/README.md)."""
+    inv = tmp / f"inventory-{booted.node.name}.json"
+    inv.write_text(json.dumps(r.inventory(STACK, [booted.node], booted.cfg.instance.name)))
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--inventory", str(inv), "--checks", CHECKS, "--format", "json", "--out", str(tmp / "ev")])
+    out = capsys.readouterr().out
+    return int(exc.value.code or 0), json.loads(out)["results"]
+
+
+def test_validate_passes_the_healthy_node_over_ssh(
+    rehearsal: Rehearsal, healthy: Booted, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _xfail_known(healthy.status)
+    code, results = _validate(rehearsal, healthy, tmp_path, capsys)
+    by_check = {r["check"]: r for r in results}
+    status = by_check["bootstrap.status"]
+    if "no /var/lib/gpuforge/bootstrap-status.json" in status["message"]:
+        pytest.xfail("finding 5: validate, as the login user, cannot read the status file (0750)")
+    if by_check["efa.provider"]["level"] != "pass" and "not-installed" in json.dumps(by_check["efa.provider"]):
+        pytest.xfail("finding 1: fi_info is not on the PATH of validate's non-login SSH session")
+    assert code == 0, [(r["check"], r["level"], r["message"]) for r in results if r["level"] != "pass"]
+    assert status["level"] == "pass" and by_check["efa.provider"]["level"] == "pass"
+
+
+def test_a_reboot_is_a_no_op_for_bootstrap(rehearsal: Rehearsal, healthy: Booted) -> None:
+    """Stop/start (the root disk kept): the boot-time unit reruns the bootstrap; every phase is
+    unchanged and nothing is downloaded again (the mirror's access log for this node)."""
+    _xfail_known(healthy.status)
+    assert rehearsal.mirror is not None
+    before = len(rehearsal.mirror.downloads(healthy.node.ip))
+    rehearsal.stop(healthy.node)
+    rehearsal.start(healthy.node)
+    status = rehearsal.wait_bootstrap(healthy.node, run=2, timeout=600)
+    assert status["state"] == "succeeded", _failed_phase(status)
+    run2 = healthy.node.log().split("] bootstrap run 2 ", 1)[1]
+    changes = [line.split("changed: ", 1)[1] for line in run2.splitlines() if "] changed: " in line]
+    # A container has no udev: systemd never sees the disks' UUID= device units, so it cannot
+    # mount /scratch and /data at boot (nofail: it gives up), and the phases mount them. On EC2
+    # systemd mounts them; that those mounts are not ordered before the bootstrap unit stays unverified.
+    no_udev = {"mounted /scratch", "mounted /data"}
+    assert [c for c in changes if c not in no_udev] == [], f"a reboot changed the node: {changes}"
+    again = rehearsal.mirror.downloads(healthy.node.ip)[before:]
+    assert again == [], [a.path for a in again]
+
+
+def test_a_failed_driver_install_names_the_phase_and_validate_fails_the_node(
+    rehearsal: Rehearsal, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = boot_stack(rehearsal, STACK, "risk-2", SHAPE, broken_driver=True)
+    assert broken.status["state"] == "failed"
+    phase, msg = _failed_phase(broken.status)
+    assert phase == "driver", msg
+    code, results = _validate(rehearsal, broken, tmp_path, capsys)
+    status = next(r for r in results if r["check"] == "bootstrap.status")
+    if "no /var/lib/gpuforge/bootstrap-status.json" in status["message"]:
+        pytest.xfail("finding 5: validate, as the login user, cannot read the status file (0750)")
+    assert code == 1
+    assert status["level"] == "error" and "bootstrap failed in phase 'driver'" in status["message"]
