@@ -11,7 +11,7 @@ import pytest
 from common.results import Level
 from validate import localise
 from validate.checks import ParseError
-from validate.network import iperf, ping, schedule
+from validate.network import iperf, ping, schedule, tcp_test
 
 FIX = Path(__file__).with_name("netfix")
 
@@ -100,11 +100,15 @@ def test_iperf_judged_on_the_slower_direction() -> None:
     assert bad.targets == ("a<->b",) and "catalog: g4dn.8xlarge" in str(bad.expected)
 
 
-def test_commands_are_bounded_and_use_the_given_port() -> None:
+def test_commands_are_bounded_and_use_the_given_ports() -> None:
     st = iperf.IperfSettings()
-    assert "-p 5400" in iperf.client_command("10.0.0.2", 5400, st) and "--bidir" in iperf.client_command("x", 1, st)
-    srv = iperf.server_command("10.0.0.2", 5400, st)
-    assert "timeout -k" in srv and "-1" in srv and "seq 50" in srv
+    cli = tcp_test.client_command("10.0.0.2", [5400, 5401, 5402, 5403], 2, st)
+    # two processes forward (5400, 5401), then two reverse (5402, 5403), each -P 2
+    assert cli.index("-p 5400 ") < cli.index("wait;") < cli.index("-p 5402 -R")
+    assert cli.count(" -P 2 ") == 4 and "--bidir" not in cli
+    assert "--bidir" in tcp_test.client_command("x", [1], 4, iperf.IperfSettings(bidir=True))
+    srv = tcp_test.server_command("10.0.0.2", [5400, 5401], st)
+    assert srv.count("timeout -k") == 2 and srv.count("iperf3 -s -1 ") == 2 and "seq 50" in srv
     assert st.port(1, 0, 3) != st.port(0, 0, 3)
 
 

@@ -1,16 +1,15 @@
-"""iperf3 between two nodes: commands, a pure parser of `-J` output, and a pure evaluator.
+"""iperf3 between two nodes: settings, a pure parser of one `-J` document, and a pure evaluator
+of one document against a stated link speed (the parser corpus uses it).
 
-One server per concurrent client, each on its own port (an iperf3 server runs one test at a
-time and has no queue: esnet/iperf#685). Both directions are measured at once (`--bidir`), so
-a node shaped on its egress shows in every pair it is in, whichever end it serves. Every run
-is under `timeout`: iperf3's own timeouts do not bound a SIGSTOPped server
-(testbed-feasibility.md, iperf3 3.12 measured).
+The pair test as the network stage runs it (k processes, one direction at a time, its ceiling)
+is validate/network/tcp_test.py and model.py. An iperf3 server runs one test at a time and has
+no queue (esnet/iperf#685), so every process has a server port of its own; every run is under
+`timeout`: iperf3's own timeouts do not bound a SIGSTOPped server (testbed-feasibility.md).
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,24 +37,6 @@ class IperfSettings:
     def port(self, round_no: int, pair_no: int, pairs_per_round: int) -> int:
         # A fresh port per round, so a server left over from a failed round never collides.
         return self.port_base + (round_no * max(pairs_per_round, 1) + pair_no) % self.ports
-
-
-def server_command(bind: str, port: int, settings: IperfSettings) -> str:
-    """Start a one-shot server in the background and return once it listens (bounded)."""
-    life = settings.run_bound_s() + 10
-    b, p = shlex.quote(bind), int(port)
-    return (
-        f"nohup timeout -k 2 {life:g} iperf3 -s -1 -B {b} -p {p} >/dev/null 2>&1 </dev/null & "
-        f"for i in $(seq 50); do ss -Hltn 'sport = :{p}' | grep -q . && exit 0; sleep 0.1; done; "
-        f"echo 'iperf3 server did not listen on port {p} within 5 s' >&2; exit 1"
-    )
-
-
-def client_command(server: str, port: int, settings: IperfSettings) -> str:
-    return (
-        f"iperf3 -c {shlex.quote(server)} -p {int(port)} -P {settings.streams or 4} -t {settings.duration_s:g} "
-        f"-O {settings.omit_s:g} --bidir -J --connect-timeout {settings.connect_timeout_ms}"
-    )
 
 
 @dataclass(frozen=True)

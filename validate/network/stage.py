@@ -59,7 +59,7 @@ class NetworkStage:
                 self._round(extra)
                 verdict = self._classify()
         verdict = self._retest(verdict)
-        self._report_pairs(verdict)
+        self._report_pairs()
         if len(active) < 2:
             verdict = localise.Verdict("no-data", message=f"{len(active)} healthy node(s): no pair to test")
         mat = localise.matrix([n.name for n in self.r.inv.nodes], self._values(include_cpu_bound=True))
@@ -216,7 +216,7 @@ class NetworkStage:
             return localise.classify(self._values(), None)
         return localise.classify(self._values(), c.gbps, c.floor_fraction)
 
-    def _report_pairs(self, verdict: localise.Verdict) -> None:
+    def _report_pairs(self) -> None:
         for pair in sorted(set(self.runs) | set(self.failed)):
             runs = self.runs.get(pair, [])
             if not runs:
