@@ -13,7 +13,7 @@ from bootstrap.versions import load_versions
 from components.config import StackConfig
 from components.monitoring import agent_config
 from components.purchase import checkpoint_command, checkpoint_images
-from tests.bootstrap.bootstrap_sandbox import SECRETS, Sandbox, cloudwatch_agent_downloads, fixture_downloads, installs
+from tests.bootstrap.bootstrap_sandbox import Sandbox, cloudwatch_agent_downloads, fixture_downloads, installs
 
 STACKS = ("cv-training", "nlp-inference", "risk-sim")
 
@@ -97,31 +97,6 @@ def test_self_check_fails_when_a_gpu_is_missing(stack_cfg: dict[str, StackConfig
     assert st["error"]["phase"] == "self-check"
     assert "7 GPUs visible, expected 8" in st["error"]["message"]
     assert "0 EFA devices with the efa provider, expected 1" in st["error"]["message"]
-
-
-def test_ngc_key_comes_from_ssm_and_never_shows(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
-    cfg = stack_cfg["nlp-inference"].model_copy(update={"ngc_api_key_parameter": "/gpuforge/ngc"})
-    sb = Sandbox(tmp_path, cfg, "n1")
-    r = sb.run()
-    assert r.returncode == 0, sb.log()[-2000:]
-    # The key reached docker on stdin, and docker was logged out after the pull.
-    docker = [c[1] for c in sb.calls() if c[0] == "docker"]
-    assert docker.index("login") < docker.index("pull") < docker.index("logout")
-    assert not (sb.state / "docker-password").exists(), "logout removed the stored credential"
-    ssm = [c for c in sb.calls() if c[0] == "curl" and "https://ssm.us-east-1.amazonaws.com/" in c]
-    assert len(ssm) == 1 and '"Name": "/gpuforge/ngc"' in " ".join(ssm[0])
-    assert SECRETS["FAKE_AWS_SECRET"] in (sb.state / "curl-stdin-config").read_text(), "credentials go on stdin"
-    seen = (sb.state / "calls.log").read_text() + sb.log() + r.stdout + r.stderr
-    seen += (sb.root / "var/lib/gpuforge/bootstrap-status.json").read_text()
-    for secret in SECRETS.values():
-        assert secret not in seen, "no secret on a command line, in the log or in the status file"
-
-
-def test_ngc_login_failure_is_reported(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
-    cfg = stack_cfg["nlp-inference"].model_copy(update={"ngc_api_key_parameter": "/gpuforge/ngc"})
-    sb = Sandbox(tmp_path, cfg, "n1", env_overrides={"FAKE_FAIL": "ssm"})
-    assert sb.run().returncode != 0
-    assert "cannot read SSM parameter /gpuforge/ngc" in sb.status()["error"]["message"]
 
 
 def test_tampered_download_is_refused_before_it_runs(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
