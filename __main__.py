@@ -45,6 +45,7 @@ if config.kubernetes is not None:  # only stacks that ask for Kubernetes pay for
             security_group_id=cluster.network.security_group_id,
             placement_group=cluster.placement_group_name,
             alert_topic_arn=cluster.alert_topic_arn,
+            bucket_arns=(cluster.directory_bucket_arn, cluster.checkpoint_bucket_arn),
         ),
         opts=pulumi.ResourceOptions(parent=cluster),
     )

@@ -89,6 +89,8 @@ class GpuCluster(pulumi.ComponentResource):
             )
         self.directory_bucket = storage.directory_bucket_name
         self.checkpoint_bucket = storage.checkpoint_bucket_name
+        self.directory_bucket_arn = storage.directory_bucket_arn
+        self.checkpoint_bucket_arn = storage.checkpoint_bucket_arn
         self.availability_zone = network.availability_zone
         self.network = network  # the Kubernetes layer puts its EKS node group in this subnet
         self.alert_topic_arn = ops.alert_topic_arn  # EKS stacks' idle alarm (GpuKubernetes) alerts here

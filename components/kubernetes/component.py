@@ -29,6 +29,7 @@ from components.operations import idle_alarm_args
 # kind -> the typed pulumi-kubernetes class, so the preview shows real Kubernetes types.
 _KINDS: dict[str, Any] = {
     "Namespace": k8s.core.v1.Namespace,
+    "ServiceAccount": k8s.core.v1.ServiceAccount,
     "ConfigMap": k8s.core.v1.ConfigMap,
     "Service": k8s.core.v1.Service,
     "ResourceQuota": k8s.core.v1.ResourceQuota,
@@ -51,6 +52,8 @@ class KubernetesArgs:
     security_group_id: pulumi.Input[str] | None = None
     placement_group: pulumi.Input[str] | None = None
     alert_topic_arn: pulumi.Input[str] | None = None  # where the EKS stack's idle-GPU alarm alerts
+    # The stack's buckets (directory, checkpoint): pods reach them through EKS Pod Identity.
+    bucket_arns: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
 
 
 def manifests_for(cfg: StackConfig) -> list[m.Manifest]:
@@ -60,8 +63,10 @@ def manifests_for(cfg: StackConfig) -> list[m.Manifest]:
     quota = team_quota(cfg.instance, cfg.node_count, plan.advertised_per_gpu, settings.headroom_percent,
                        len(settings.teams))
     docs = [*m.device_plugin(plan), *m.priority_classes()]
+    if cfg.instance.efa:  # pods ask for vpc.amazonaws.com/efa; the plugin advertises the node's EFA devices
+        docs += m.efa_device_plugin(cfg.instance.name)
     for team in settings.teams:
-        docs += m.team(team, quota)
+        docs += [*m.team(team, quota), m.storage_service_account(team)]
     if cfg.profile.bootstrap.recipe == "inference":
         docs += m.inference(m.inference_spec(settings, quota))
     return docs
@@ -83,7 +88,7 @@ class GpuKubernetes(pulumi.ComponentResource):
         docs = manifests_for(cfg)  # before any resource: a bad MIG layout fails here
 
         if settings.mode == "eks":
-            from components.kubernetes.eks import EksArgs, EksCluster, PrivateAccess
+            from components.kubernetes.eks import EksArgs, EksCluster, PrivateAccess, StorageAccess
 
             eks = EksCluster(
                 name,
@@ -109,6 +114,11 @@ class GpuKubernetes(pulumi.ComponentResource):
                     labels={"gpuforge.io/profile": cfg.profile.name},
                     tags=cfg.tags,
                     container_insights=idle_alarm_args(cfg) is not None,
+                    storage=StorageAccess(
+                        directory_bucket_arn=_need_arns(args.bucket_arns)[0],
+                        checkpoint_bucket_arn=_need_arns(args.bucket_arns)[1],
+                        namespaces=settings.teams,
+                    ),
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
@@ -158,6 +168,12 @@ def _slug(doc: m.Manifest) -> str:
     ns, obj = meta.get("namespace"), meta["name"]
     scoped = obj if not ns or obj.startswith(ns) else f"{ns}-{obj}"  # unique: kinds differ, names within kind do
     return f"{doc['kind'].lower()}-{scoped}"
+
+
+def _need_arns(arns: tuple[pulumi.Input[str], pulumi.Input[str]] | None) -> tuple[pulumi.Input[str], pulumi.Input[str]]:
+    if arns is None:
+        raise ValueError("GpuKubernetes on EKS needs the stack's bucket ARNs for pod identity")
+    return arns
 
 
 def _need(value: pulumi.Input[str] | None, what: str) -> pulumi.Input[str]:

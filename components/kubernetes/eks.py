@@ -29,7 +29,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.catalog import InstanceType
-from components.compute import network_interfaces
+from components.compute import network_interfaces, node_policy
 from components.kubernetes.manifests import GPU_NODE_LABEL, GPU_TAINT
 from components.kubernetes.settings import defaults
 
@@ -59,6 +59,15 @@ class PrivateAccess:
 
 
 @dataclass(frozen=True)
+class StorageAccess:
+    """The stack's buckets and the namespaces whose `storage` service account may use them."""
+
+    directory_bucket_arn: pulumi.Input[str]
+    checkpoint_bucket_arn: pulumi.Input[str]
+    namespaces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class EksArgs:
     version: str
     region: str
@@ -77,6 +86,7 @@ class EksArgs:
     tags: dict[str, str] = field(default_factory=dict)
     # The CloudWatch Observability add-on and its node permission (the idle alarm's GPU metric).
     container_insights: bool = False
+    storage: StorageAccess | None = None  # EKS Pod Identity for the stack's buckets
 
 
 def _role(name: str, service: str, policies: tuple[str, ...], tags: dict[str, str], opts: pulumi.ResourceOptions
@@ -208,6 +218,9 @@ class EksCluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group, system_group]),
             )
 
+        if args.storage is not None:
+            _pod_identity(name, cluster, args.storage, tags, pulumi.ResourceOptions(parent=self, depends_on=[system_group]))
+
         self.name = cluster.name
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.certificate_authority).apply(
@@ -215,6 +228,43 @@ class EksCluster(pulumi.ComponentResource):
             )
         )
         self.register_outputs({"clusterName": cluster.name, "kubeconfig": self.kubeconfig})
+
+
+def _pod_identity(
+    name: str, cluster: aws.eks.Cluster, storage: StorageAccess, tags: dict[str, str], opts: pulumi.ResourceOptions
+) -> None:
+    """EKS Pod Identity (EKS user guide, "Learn how EKS Pod Identity grants pods access to AWS
+    services" and "Create the pod identity association"): the agent add-on (a DaemonSet, so it waits
+    for nodes), a role that only pods.eks.amazonaws.com may assume (sts:AssumeRole and
+    sts:TagSession, the trust policy the guide gives), the same least-privilege bucket policy the
+    nodes get (components/compute.py node_policy), and one association per team namespace."""
+    pod = defaults()["pod_identity"]
+    aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=cluster.name, addon_name=pod["addon_name"], tags=tags,
+                  opts=opts)
+    role = aws.iam.Role(
+        f"{name}-eks-storage",
+        assume_role_policy=json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+                           "Action": ["sts:AssumeRole", "sts:TagSession"]}],
+        }),
+        description="gpuforge pods: this stack's buckets only",
+        tags=tags,
+        opts=opts,
+    )
+    aws.iam.RolePolicy(
+        f"{name}-eks-storage-buckets",
+        role=role.id,
+        policy=pulumi.Output.all(storage.directory_bucket_arn, storage.checkpoint_bucket_arn).apply(
+            lambda arns: node_policy(arns[0], [arns[1]], None)
+        ),
+        opts=opts,
+    )
+    for ns in storage.namespaces:
+        aws.eks.PodIdentityAssociation(
+            f"{name}-storage-{ns}", cluster_name=cluster.name, namespace=ns, service_account=pod["service_account"],
+            role_arn=role.arn, tags=tags, opts=opts,
+        )
 
 
 def _private_path(

@@ -96,6 +96,61 @@ def device_plugin(plan: SharingPlan) -> list[Manifest]:
     ]
 
 
+EFA_APP = "aws-efa-k8s-device-plugin"
+
+
+def efa_device_plugin(instance_type: str) -> list[Manifest]:
+    """The AWS EFA device plugin DaemonSet on the stack's GPU nodes (defaults.yaml efa_device_plugin)."""
+    d = defaults()["efa_device_plugin"]
+    labels = {"name": EFA_APP}
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": _meta(EFA_APP, d["namespace"], **{"app.kubernetes.io/name": EFA_APP}),
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "updateStrategy": {"type": "RollingUpdate"},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "priorityClassName": "system-node-critical",
+                        "hostNetwork": True,
+                        # our GPU nodes carry the GPU taint; the chart tolerates CriticalAddonsOnly
+                        "tolerations": [GPU_TOLERATION, {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+                        "nodeSelector": {GPU_NODE_LABEL: "true", "node.kubernetes.io/instance-type": instance_type},
+                        "containers": [
+                            {
+                                "name": EFA_APP,
+                                "image": d["image"],
+                                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                                "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
+                                "volumeMounts": [
+                                    {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
+                                    {"name": "infiniband-volume", "mountPath": "/dev/infiniband/"},
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
+                            {"name": "infiniband-volume", "hostPath": {"path": "/dev/infiniband/"}},
+                        ],
+                    },
+                },
+            },
+        }
+    ]
+
+
+def storage_service_account(namespace: str) -> Manifest:
+    """The team's service account for the stack's buckets (EKS Pod Identity associates a role with it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(defaults()["pod_identity"]["service_account"], namespace),
+    }
+
+
 def priority_classes() -> list[Manifest]:
     return [
         {
@@ -178,6 +233,7 @@ def inference(spec: InferenceSpec) -> list[Manifest]:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    "serviceAccountName": defaults()["pod_identity"]["service_account"],
                     "priorityClassName": "gpuforge-inference",
                     "nodeSelector": {GPU_NODE_LABEL: "true"},
                     "tolerations": [GPU_TOLERATION],

@@ -62,7 +62,7 @@ def test_eks_stacks_declare_only_the_node_groups_template(result):
     assert run.of_type("gpuforge:aws:Nodes") == []
     assert run.of_type("aws:iam/instanceProfile:InstanceProfile") == []
     assert sorted(r.name for r in run.of_type("aws:iam/role:Role")) == [
-        f"{result.config.stack}-eks-cluster", f"{result.config.stack}-eks-node"
+        f"{result.config.stack}-eks-cluster", f"{result.config.stack}-eks-node", f"{result.config.stack}-eks-storage"
     ]
 
 
@@ -182,9 +182,9 @@ def test_buckets_private_encrypted_tls_only_versioned(result):
 def test_iam_is_scoped_to_this_clusters_buckets(result):
     run = result.run
     if on_eks(run):
-        # No bucket access on the EKS node role (pods get their own service-account roles), so no
-        # inline policy at all; its managed policies are checked in tests/k8s.
-        assert run.of_type("aws:iam/rolePolicy:RolePolicy") == []
+        # No bucket access on the EKS node role: pods get the buckets through EKS Pod Identity
+        # (tests/aws/test_pod_access.py); the node role's managed policies are checked in tests/k8s.
+        assert [p.name for p in run.of_type("aws:iam/rolePolicy:RolePolicy")] == [f"{result.config.stack}-eks-storage-buckets"]
         return
     (nodes,) = run.of_type("gpuforge:aws:Nodes")
     (attach,) = [a for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if a.parent == nodes.urn]
@@ -219,7 +219,7 @@ def test_nodes_publish_the_metric_the_idle_alarm_reads(result):
     alarm = idle_alarm(run).inputs
     if on_eks(run):
         ng = gpu_node_group(run)
-        (addon,) = run.of_type("aws:eks/addon:Addon")
+        (addon,) = [a for a in run.of_type("aws:eks/addon:Addon") if "cloudwatch" in a.name]
         assert addon.inputs["addonName"] == "amazon-cloudwatch-observability"
         assert addon.inputs["clusterName"] == ng.inputs["clusterName"]
         assert (alarm["namespace"], alarm["metricName"]) == ("ContainerInsights", "node_gpu_utilization")

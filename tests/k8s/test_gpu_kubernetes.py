@@ -51,7 +51,7 @@ def test_device_plugin_time_slices_each_t4_four_ways(nlp):
     cfg = yaml.safe_load(cm.inputs["data"]["config.yaml"])
     assert cfg["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
     assert cfg["flags"]["migStrategy"] == "none"
-    ds = one(nlp.run, "kubernetes:apps/v1:DaemonSet")
+    ds = one(nlp.run, "kubernetes:apps/v1:DaemonSet", "nvidia-device-plugin")
     pod = ds.inputs["spec"]["template"]["spec"]
     assert pod["volumes"][1]["configMap"]["name"] == cm.inputs["metadata"]["name"]
     assert pod["containers"][0]["args"] == ["--config-file=/config/config.yaml"]
@@ -78,8 +78,8 @@ def test_taints_tolerations_and_labels_match(nlp):
     assert (taint["key"], taint["effect"]) == ("nvidia.com/gpu", "NO_SCHEDULE")
     label_key = "gpuforge.io/gpu"
     assert ng.inputs["labels"][label_key] == "true"
-    for typ in ("kubernetes:apps/v1:DaemonSet", "kubernetes:apps/v1:Deployment"):
-        pod = one(nlp.run, typ).inputs["spec"]["template"]["spec"]
+    for typ, part in (("kubernetes:apps/v1:DaemonSet", "nvidia"), ("kubernetes:apps/v1:Deployment", "")):
+        pod = one(nlp.run, typ, part).inputs["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {label_key: "true"}
         assert any(t["key"] == taint["key"] and t["effect"] == "NoSchedule" and t["operator"] == "Exists"
                    for t in pod["tolerations"])
@@ -153,7 +153,7 @@ def test_system_pods_have_an_untainted_home(nlp):
     (spec,) = lt["tagSpecifications"]
     assert spec["tags"]["gpuforge-node-role"] == "system"  # validate --discover leaves them out
     assert nlp.config.tags.items() <= spec["tags"].items() and nlp.config.tags.items() <= ng["tags"].items()
-    addon = one(nlp.run, "aws:eks/addon:Addon")
+    addon = one(nlp.run, "aws:eks/addon:Addon", "cloudwatch")
     assert addon.inputs["clusterName"] == gpu["clusterName"]
 
 
@@ -182,12 +182,12 @@ def test_every_recorded_kubernetes_object_is_schema_valid(nlp):
     docs = recorded_manifests(nlp.run.resources)
     kinds = sorted({d["kind"] for d in docs})
     assert kinds == ["ConfigMap", "DaemonSet", "Deployment", "HorizontalPodAutoscaler", "LimitRange", "Namespace",
-                     "PodDisruptionBudget", "PriorityClass", "ResourceQuota", "Service"]
+                     "PodDisruptionBudget", "PriorityClass", "ResourceQuota", "Service", "ServiceAccount"]
     assert validate_manifests(docs, "1.33") == []
 
 
 def test_schema_validation_catches_a_broken_object(nlp):
-    ds = dict(recorded_manifests(nlp.run.of_type("kubernetes:apps/v1:DaemonSet"))[0])
+    ds = dict(recorded_manifests([one(nlp.run, "kubernetes:apps/v1:DaemonSet", "nvidia-device-plugin")])[0])
     ds["spec"] = {**ds["spec"], "replicas": 2}  # DaemonSets have no replicas
     problems = validate_manifests([ds], "1.33")
     assert len(problems) == 1
@@ -253,7 +253,7 @@ def test_idle_alarm_reads_the_gpu_metric_the_addon_publishes_for_this_cluster(nl
     cluster = one(nlp.run, "aws:eks/cluster:Cluster")
     ng = one(nlp.run, "aws:eks/nodeGroup:NodeGroup", "-gpu").inputs
     assert ng["clusterName"] == cluster.name  # the mock engine names the cluster after its resource
-    addon = one(nlp.run, "aws:eks/addon:Addon").inputs
+    addon = one(nlp.run, "aws:eks/addon:Addon", "cloudwatch").inputs
     assert addon["addonName"] == addon_data["addon_name"] == "amazon-cloudwatch-observability"
     assert addon["clusterName"] == ng["clusterName"]
     assert "addonVersion" not in addon  # not pinned: EKS's default build (components/kubernetes/defaults.yaml)
@@ -263,7 +263,7 @@ def test_idle_alarm_reads_the_gpu_metric_the_addon_publishes_for_this_cluster(nl
     assert [a.inputs["policyArn"] for a in nlp.run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
             if a.inputs["role"] == role.name and "CloudWatch" in a.inputs["policyArn"]] == [addon_data["node_policy"]]
     # The add-on's GPU metrics need the NVIDIA device plugin in the cluster (CloudWatch user guide).
-    assert one(nlp.run, "kubernetes:apps/v1:DaemonSet").inputs["metadata"]["name"] == "nvidia-device-plugin"
+    assert one(nlp.run, "kubernetes:apps/v1:DaemonSet", "nvidia").inputs["metadata"]["name"] == "nvidia-device-plugin"
 
     (alarm,) = [a for a in nlp.run.of_type("aws:cloudwatch/metricAlarm:MetricAlarm") if a.name.endswith("-gpu-idle")]
     a = alarm.inputs
@@ -284,7 +284,7 @@ def test_addon_and_alarm_follow_the_idle_alarm(tmp_path, monkeypatch):
 
     monkeypatch.setattr(component, "idle_alarm_args", lambda _cfg, eks_cluster_name=None: None)
     res = run_preview(project(tmp_path, NLP), "t")
-    assert not res.run.of_type("aws:eks/addon:Addon")
+    assert [a.inputs["addonName"] for a in res.run.of_type("aws:eks/addon:Addon")] == ["eks-pod-identity-agent"]
     assert not [a for a in res.run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
                 if "CloudWatch" in a.inputs["policyArn"]]
     assert not [a for a in res.run.of_type("aws:cloudwatch/metricAlarm:MetricAlarm") if a.name.endswith("-gpu-idle")]
