@@ -8,6 +8,7 @@ naming the key, the bad value and the fix. The same function runs inside `__main
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
@@ -191,6 +192,24 @@ def _decode(key: str, value: Any) -> Any:
     return value
 
 
+# Namespaces something reads: this program, the providers it uses, and the engine itself. A key
+# in any other namespace reaches nothing; the Pulumi CLI passes it on silently, so a typo such as
+# `gpuforg:nodeCount` would be ignored (issue 13 item 6).
+KNOWN_NAMESPACES = (PROJECT, "aws", "kubernetes", "pulumi")
+
+
+def _check_namespace(full_key: str, ns: str, key: str) -> None:
+    if ns in KNOWN_NAMESPACES:
+        return
+    close = difflib.get_close_matches(ns, KNOWN_NAMESPACES, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}:{key}?)" if close else ""
+    raise ConfigError(
+        full_key,
+        f"unknown namespace {ns!r}: nothing reads it (gpuforge reads {PROJECT}:, its providers aws: and kubernetes:){hint}",
+        f"write it as {close[0]}:{key}" if close else "remove the key, or fix its namespace",
+    )
+
+
 def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None = None) -> StackConfig:
     """Validate `raw` (`ns:key` -> value) for `stack`; raise ConfigError on the first problem."""
     catalog = catalog or load_catalog()
@@ -198,6 +217,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
     for full_key, value in raw.items():
         ns, _, key = full_key.partition(":")
         if ns != PROJECT:
+            _check_namespace(full_key, ns, key)
             continue
         if key not in CONFIG_KEYS:
             raise ConfigError(
@@ -416,16 +436,31 @@ def _network(key: str, text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Netwo
         raise ConfigError(f"{PROJECT}:{key}", f"{text!r} is not a valid CIDR ({exc})", "write it like 10.0.0.0/8") from None
 
 
+def internet_wide(cidrs: tuple[str, ...] | list[str]) -> str | None:
+    """The CIDRs, or the set of them, that together cover a whole address family, else None.
+
+    `0.0.0.0/1` plus `128.0.0.0/1` is the internet split in two (issue 13 item 6): the union is
+    what a security group opens, so the union is what is judged (ipaddress.collapse_addresses).
+    """
+    for version, everything in ((4, ipaddress.ip_network("0.0.0.0/0")), (6, ipaddress.ip_network("::/0"))):
+        nets = [n for n in (ipaddress.ip_network(c, strict=False) for c in cidrs) if n.version == version]
+        if everything in list(ipaddress.collapse_addresses(nets)):  # type: ignore[type-var]  # one version per pass
+            covering = [str(n) for n in nets]
+            return covering[0] if len(covering) == 1 else " + ".join(covering)
+    return None
+
+
 def _check_network(parsed: RawStackConfig, stack: str) -> None:
     for cidr in parsed.sshCidrs:
-        net = _network("sshCidrs", cidr)
-        if net.prefixlen == 0 and not parsed.allowPublicSsh:
-            raise ConfigError(
-                f"{PROJECT}:sshCidrs",
-                f"{cidr} opens SSH to the whole internet",
-                f"list your own CIDRs, or set `{PROJECT}:allowPublicSsh: true` in stacks/Pulumi.{stack}.yaml "
-                "if you really mean it",
-            )
+        _network("sshCidrs", cidr)
+    wide = internet_wide(parsed.sshCidrs)
+    if wide is not None and not parsed.allowPublicSsh:
+        raise ConfigError(
+            f"{PROJECT}:sshCidrs",
+            f"{wide} opens SSH to the whole internet",
+            f"list your own CIDRs, or set `{PROJECT}:allowPublicSsh: true` in stacks/Pulumi.{stack}.yaml "
+            "if you really mean it",
+        )
     vpc = _network("vpcCidr", parsed.vpcCidr)
     subnet = _network("subnetCidr", parsed.subnetCidr)
     if not subnet.subnet_of(vpc):  # type: ignore[arg-type]

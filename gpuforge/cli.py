@@ -30,8 +30,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("gpuforge.commands.preflight", "Check against the AWS APIs that a stack can be deployed."),
     "validate": ("gpuforge.commands.validate", "Prove a running cluster over SSH: GPUs, links, NCCL."),
     "health-check": ("gpuforge.commands.health", "Slurm HealthCheckProgram: drain a failing node, resume it when healthy."),
-    "stack": ("gpuforge.commands.stack", "Create team stacks from the reference profiles."),
+    "stack": ("gpuforge.commands.stack", "List the project's stacks; create team stacks from the profiles."),
     "cost": ("gpuforge.commands.cost", "Hourly and monthly cost of a stack from the catalog."),
+    "doctor": ("gpuforge.commands.doctor", "Check this machine: Python, Pulumi CLI, AWS, SSH; each with a fix."),
 }
 
 

@@ -23,6 +23,11 @@ from common.results import atomic_write
 from components.catalog import did_you_mean
 
 SECRET_PLACEHOLDER = "[secret]"
+# The top-level keys of a Pulumi stack file (workspace.ProjectStack in pulumi/pulumi
+# sdk/go/common/workspace/project.go: secretsprovider, encryptedkey, encryptionsalt, config,
+# environment). Anything else there is ignored by the CLI: a config key written without
+# `config:` above it would silently do nothing.
+STACK_FILE_KEYS = frozenset({"secretsprovider", "encryptedkey", "encryptionsalt", "config", "environment"})
 _STACK_PREFIX = "Pulumi."
 _STACK_SUFFIX = ".yaml"
 
@@ -55,6 +60,25 @@ def stack_names(project_dir: Path) -> list[str]:
     directory = _stack_dir(project_dir, _project(project_dir))
     files = directory.glob(f"{_STACK_PREFIX}*{_STACK_SUFFIX}")
     return sorted(p.name[len(_STACK_PREFIX) : -len(_STACK_SUFFIX)] for p in files)
+
+
+def stack_name(project_dir: Path, value: str) -> str:
+    """`--stack` takes a stack name or the path of its file (`stacks/Pulumi.cv-training.yaml`),
+    as shell completion of a path gives it; the name is what Pulumi and every command use."""
+    if "/" not in value and not value.endswith(_STACK_SUFFIX):
+        return value
+    path = Path(value)
+    name = path.name
+    if not (name.startswith(_STACK_PREFIX) and name.endswith(_STACK_SUFFIX)):
+        raise InputError(f"--stack {value}: not a stack file name (Pulumi.<stack>.yaml)", "pass the stack name, e.g. cv-training")
+    stack = name[len(_STACK_PREFIX) : -len(_STACK_SUFFIX)]
+    expected = stack_file(project_dir, stack)
+    if path.resolve() != expected.resolve():
+        raise InputError(
+            f"--stack {value}: not this project's stack file ({expected})",
+            f"pass the stack name ({stack}) or the file under {expected.parent}, or --project-dir for another project",
+        )
+    return stack
 
 
 def stack_file(project_dir: Path, stack: str) -> Path:
@@ -100,9 +124,18 @@ def load_stack_config(project_dir: Path, stack: str) -> tuple[dict[str, str], li
         elif spec is not None:
             config[full] = _encode(full, spec, project_dir / "Pulumi.yaml")
 
-    doc = _read_yaml(path, "stack file") or {}
+    doc = _read_yaml(path, "stack file")
+    if doc is None:
+        raise InputError(f"{path}: the file is empty", "a stack file holds `config:` with the stack's keys under it "
+                         "(see stacks/Pulumi.cv-training.yaml)")
     if not isinstance(doc, dict):
         raise InputError(f"{path}: expected a mapping with a `config:` block", "see stacks/Pulumi.cv-training.yaml")
+    stray = [str(k) for k in doc if str(k) not in STACK_FILE_KEYS]
+    if stray:
+        raise InputError(
+            f"{path}: {', '.join(stray)} {'is' if len(stray) == 1 else 'are'} at the top level, not under `config:`",
+            "indent config keys under a `config:` line (Pulumi reads nothing else from the top level)",
+        )
     values = doc.get("config") or {}
     if not isinstance(values, dict):
         raise InputError(f"{path}: `config:` is not a mapping", "write it as `config:` followed by `key: value` lines")

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from common.errors import InputError
 from components.catalog import did_you_mean
+from components.config import internet_wide
 
 TEAMS_DIR = Path(__file__).resolve().parents[1] / "stacks" / "teams"
 NAME = r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$"  # becomes part of stack and bucket names
@@ -32,8 +33,10 @@ class Team(BaseModel):
     @classmethod
     def _private_cidrs(cls, cidrs: tuple[str, ...]) -> tuple[str, ...]:
         for cidr in cidrs:
-            if ipaddress.ip_network(cidr, strict=True).prefixlen == 0:
-                raise ValueError(f"{cidr} opens SSH to the internet; team files list the team's own networks")
+            ipaddress.ip_network(cidr, strict=True)
+        wide = internet_wide(cidrs)  # the union, so 0.0.0.0/1 + 128.0.0.0/1 counts too
+        if wide is not None:
+            raise ValueError(f"{wide} opens SSH to the internet; team files list the team's own networks")
         return cidrs
 
 

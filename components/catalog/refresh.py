@@ -364,12 +364,40 @@ def _refresh_offerings(
             if offered is not None:
                 row["az_ids"] = ";".join(sorted(offered[name]))
             od = prices.on_demand(name, region)
-            if od is not None:
+            if od is not None and _plausible("on_demand_usd_per_hour", row, od, report):
                 row["on_demand_usd_per_hour"] = _fmt(od)
             if spot is not None:
-                _set_spot(row, spot.get(name), report)
+                price = spot.get(name)
+                if price is None or _plausible("spot_usd_per_hour", row, price, report):
+                    _set_spot(row, price, report)
     prices.summarise(regions)
     return list(by_key.values())
+
+
+# Sanity bounds against the previous snapshot (issue 13 item 5): an emulator answered a spot
+# price of 0.00001 $/h for a p4de.24xlarge and the old refresh wrote it. Real prices move, but
+# not by 5x between snapshots, no GPU instance costs under a cent an hour, and no spot price is
+# 95% off on-demand; a figure outside these bounds keeps the previous value and says so.
+MAX_CHANGE = 5.0
+MIN_USD_PER_HOUR = 0.01
+MIN_SPOT_FRACTION = 0.05
+
+
+def _plausible(fld: str, row: dict[str, str], new: float, report: RefreshReport) -> bool:
+    scope = f"{row['instance_type']} {row['region']}"
+    old = float(row[fld]) if row.get(fld) else None
+    od = float(row["on_demand_usd_per_hour"]) if row.get("on_demand_usd_per_hour") else None
+    why = None
+    if new < MIN_USD_PER_HOUR:
+        why = f"{new} $/h is below {MIN_USD_PER_HOUR} $/h"
+    elif old is not None and not old / MAX_CHANGE <= new <= old * MAX_CHANGE:
+        why = f"{new} $/h is more than {MAX_CHANGE:g}x away from the previous {old} $/h"
+    elif fld == "spot_usd_per_hour" and od is not None and new < od * MIN_SPOT_FRACTION:
+        why = f"spot {new} $/h is less than {MIN_SPOT_FRACTION:.0%} of on-demand {od} $/h"
+    if why is None:
+        return True
+    report.add(fld, scope, "implausible", f"{why}: kept {row.get(fld) or 'no value'}")
+    return False
 
 
 def _set_spot(row: dict[str, str], price: float | None, report: RefreshReport) -> None:

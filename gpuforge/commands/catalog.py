@@ -11,6 +11,7 @@ import click
 from common.errors import InputError
 from common.table import Column, Rows, emit, format_option
 from components.catalog import Catalog, InstanceType, did_you_mean, load_catalog
+from gpuforge.commands.options import complete_instance_types, complete_profiles, project_dir_option
 
 DEFAULT_REGION = "us-east-1"
 
@@ -32,7 +33,11 @@ def _console() -> Any:
 
 @click.group("catalog")
 def command() -> None:
-    """The instance catalog: facts and prices of AWS GPU types (components/catalog)."""
+    """The instance catalog: facts and prices of AWS GPU types (components/catalog).
+
+    The catalog is the project's own (PROJECT/components/catalog, where --project-dir or the
+    nearest Pulumi.yaml points), the same one `cost`, `preview` and `pulumi up` read.
+    """
 
 
 def _type_row(it: InstanceType, region: str | None) -> dict[str, Any]:
@@ -61,7 +66,8 @@ def _type_row(it: InstanceType, region: str | None) -> dict[str, Any]:
 @click.option("--family", help="Only this family (p4d, g5, ...).")
 @click.option("--region", help="Only types offered in this region; adds its prices and AZ IDs.")
 @format_option
-def list_cmd(family: str | None, region: str | None, fmt: str) -> None:
+@project_dir_option
+def list_cmd(family: str | None, region: str | None, fmt: str, project_dir: Path) -> None:
     """List the catalog's instance types."""
     catalog = load_catalog()
     types = list(catalog.instance_types.values())
@@ -113,9 +119,10 @@ def _cell(value: Any) -> str:
 
 
 @command.command("show")
-@click.argument("instance_type")
+@click.argument("instance_type", shell_complete=complete_instance_types)
 @format_option
-def show_cmd(instance_type: str, fmt: str) -> None:
+@project_dir_option
+def show_cmd(instance_type: str, fmt: str, project_dir: Path) -> None:
     """Everything the catalog knows about one instance type, with prices per region."""
     catalog = load_catalog()
     if instance_type not in catalog.instance_types:
@@ -156,11 +163,13 @@ def show_cmd(instance_type: str, fmt: str) -> None:
 
 
 @command.command("suggest")
-@click.option("--profile", "profile_name", required=True, help="A profile in components/profiles.")
+@click.option("--profile", "profile_name", required=True, shell_complete=complete_profiles,
+              help="A profile in components/profiles.")
 @click.option("--region", default=DEFAULT_REGION, show_default=True)
 @format_option
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Show the N best shapes.")
-def suggest_cmd(profile_name: str, region: str, fmt: str, top: int) -> None:
+@project_dir_option
+def suggest_cmd(profile_name: str, region: str, fmt: str, top: int, project_dir: Path) -> None:
     """Catalog shapes (type × nodes) for a profile's requirements: fit, gaps, price."""
     from components.profiles import UnknownProfileError, load_profile
     from components.resolver import ResolveError, resolve
@@ -235,15 +244,19 @@ def _print_suggestions(profile: str, region: str, shown: list[Any], total: int, 
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Directory to write the catalog files to (default: the shipped catalog directory).",
+    help="Directory to write the refreshed catalog files to.",
 )
+@click.option("--in-place", is_flag=True, help="Replace the project's components/catalog instead (review `git diff` after).")
 @format_option
-def refresh_cmd(regions: str | None, out: Path | None, fmt: str) -> None:
+@project_dir_option
+def refresh_cmd(regions: str | None, out: Path | None, in_place: bool, fmt: str, project_dir: Path) -> None:
     """Rewrite the catalog from the AWS APIs with your credentials (EC2 and Pricing).
 
     Facts no API gives (GPU interconnect, GPUDirect RDMA, the GPU label) are carried over from
     the existing catalog; where an API is not served or forbidden, the old value is kept and
-    the report says so per field.
+    the report says so per field. A price more than 5x away from the previous snapshot, under
+    a cent an hour, or a spot price under 5% of on-demand is implausible: the previous value is
+    kept and a warning says so. Nothing is written unless --out or --in-place says where.
     """
     catalog = load_catalog()
     wanted = [r.strip() for r in regions.split(",") if r.strip()] if regions else list(catalog.regions)
@@ -253,7 +266,16 @@ def refresh_cmd(regions: str | None, out: Path | None, fmt: str) -> None:
         _region(catalog, region, "--regions")
     from components.catalog.refresh import CATALOG_DIR, refresh_catalog  # boto3 is loaded only here
 
+    if (out is None) == (not in_place):
+        raise InputError(
+            "catalog refresh: say where to write: --out DIR, or --in-place" if out is None
+            else "catalog refresh: --out and --in-place exclude each other",
+            f"--out DIR writes a new copy; --in-place replaces {CATALOG_DIR} (the catalog this project reads)",
+        )
     report = refresh_catalog(wanted, out or CATALOG_DIR)
+    for item in report.items:
+        if item.status == "implausible":
+            click.echo(f"warning: {item.field} {item.scope}: {item.detail}", err=True)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
         return

@@ -10,12 +10,13 @@ import click
 from common.table import Column, Rows, format_option, print_table, terminal_width
 from components.config import parse_stack_config
 from components.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
-from gpuforge.commands.options import project_dir_option
-from gpuforge.stackfile import load_stack_config
+from gpuforge.commands.options import complete_stacks, project_dir_option
+from gpuforge.stackfile import load_stack_config, stack_name
 
 
 @click.command("cost")
-@click.option("--stack", "-s", "stacks", multiple=True, required=True, help="Stack name; repeat for several.")
+@click.option("--stack", "-s", "stacks", multiple=True, required=True, shell_complete=complete_stacks,
+              help="Stack name (or its file's path); repeat for several.")
 @format_option
 @project_dir_option
 def command(stacks: tuple[str, ...], fmt: str, project_dir: Path) -> None:
@@ -34,7 +35,7 @@ def command(stacks: tuple[str, ...], fmt: str, project_dir: Path) -> None:
     project_dir = project_dir.resolve()
     costs = []
     used: dict[str, str] = {}
-    for stack in dict.fromkeys(stacks):  # keep order, drop repeats
+    for stack in dict.fromkeys(stack_name(project_dir, s) for s in stacks):  # keep order, drop repeats
         raw, _ = load_stack_config(project_dir, stack)
         cfg = parse_stack_config(raw, stack)
         costs.append(stack_cost(cfg))

@@ -55,3 +55,39 @@ def project_dir_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         callback=_resolve,
         help=PROJECT_DIR_HELP,
     )(fn)
+
+
+# ---- shell completion (click's shell_complete; see README "Shell completion")
+
+
+def _project_for_completion(ctx: click.Context) -> Path:
+    given = ctx.params.get("project_dir") or (ctx.find_root().params or {}).get("project_dir")
+    return Path(given).resolve() if given else find_project_dir()
+
+
+def complete_stacks(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Stack names of the project (stacks/Pulumi.<stack>.yaml)."""
+    from gpuforge.stackfile import stack_names
+
+    try:
+        names = stack_names(_project_for_completion(ctx))
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
+        return []
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def complete_profiles(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    from components.profiles import profile_names
+
+    return [n for n in profile_names() if n.startswith(incomplete)]
+
+
+def complete_instance_types(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    from components.catalog import load_catalog
+
+    return [n for n in load_catalog().instance_types if n.startswith(incomplete)]
+
+
+def complete_teams(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    directory = _project_for_completion(ctx) / "stacks" / "teams"
+    return sorted(p.stem for p in directory.glob(f"{incomplete}*.yaml"))

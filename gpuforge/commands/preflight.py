@@ -9,11 +9,13 @@ import click
 
 from common.errors import EXIT_CHECKS_FAILED
 from common.table import emit, format_option
-from gpuforge.commands.options import project_dir_option
+from gpuforge.commands.options import complete_stacks, project_dir_option
+from gpuforge.stackfile import stack_name
 
 
 @click.command(name="preflight")
-@click.option("--stack", required=True, help="Stack name (stacks/Pulumi.<stack>.yaml).")
+@click.option("--stack", required=True, shell_complete=complete_stacks,
+              help="Stack name (stacks/Pulumi.<stack>.yaml), or that file's path.")
 @format_option
 @click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
 @click.option("--pin-az", is_flag=True, help="Write the chosen AZ ID into the stack file (gpuforge:azId).")
@@ -47,6 +49,7 @@ def command(
     """
     from gpuforge.preflight.runner import run_preflight  # imported here: boto3 loads only when run
 
+    stack = stack_name(project_dir, stack)
     # Progress on stderr, one line per step, so a slow endpoint is visible and stdout stays the report.
     report = run_preflight(project_dir, stack, pin_az=pin_az, probe_capacity=probe_capacity,
                            progress=lambda line: click.echo(line, err=True))

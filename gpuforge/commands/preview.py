@@ -11,12 +11,14 @@ import click
 
 from common.errors import EXIT_CHECKS_FAILED
 from common.table import format_option
-from gpuforge.commands.options import project_dir_option
+from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
+from gpuforge.stackfile import stack_name
 
 
 @click.command("preview")
-@click.option("--stack", "-s", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml.")
+@click.option("--stack", "-s", required=True, shell_complete=complete_stacks,
+              help="Stack name (stacks/Pulumi.<stack>.yaml), or that file's path.")
 @format_option
 @project_dir_option
 @click.option(
@@ -38,6 +40,7 @@ def command(stack: str, fmt: str, project_dir: Path, policies: bool) -> None:
       gpuforge preview --stack cv-training
       gpuforge preview --stack risk-sim --format json | jq '.cost.hourly'
     """
+    stack = stack_name(project_dir, stack)
     result = run_preview(project_dir.resolve(), stack, policies=policies)
     if fmt == "json":
         click.echo(result.to_json())
@@ -160,6 +163,8 @@ def _print_plain(result: PreviewResult) -> None:
     for name in result.policy_names:
         n = sum(v.policy == name for v in result.violations)
         click.echo(f"# policy {name}: {'pass' if not n else f'{n} violation(s)'}")
+    for name, where in result.config.mirror.to_dict().items():
+        click.echo(f"# bootstrap mirror: {name} from {where}")
     cost = result.cost.to_dict()
     click.echo(f"# cost: {_money(cost['hourly']['on_demand'])} $/h on-demand, {_money(cost['hourly']['spot'])} $/h spot")
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import click
 import jinja2
 
-from common.errors import InputError
+from common.errors import GpuforgeError, InputError
 from common.results import atomic_write
+from common.table import Column, Rows, emit, format_option
 from components.catalog import did_you_mean, load_catalog
 from components.config import parse_stack_config
 from components.profiles import load_profile, profile_names
-from gpuforge.commands.options import project_dir_option
+from gpuforge.commands.options import complete_profiles, complete_teams, project_dir_option
 from gpuforge.pulumi_conformance import require_conformance
 from gpuforge.stackfile import load_stack_config
 from gpuforge.teams import TEAMS_DIR, Team, load_team
@@ -116,12 +117,13 @@ def validate_rendered(text: str, stack: str, project_dir: Path) -> None:
 
 @click.group("stack")
 def command() -> None:
-    """Team stacks from the reference profiles."""
+    """The project's stacks: list them, and create team stacks from the reference profiles."""
 
 
 @command.command("new")
-@click.option("--team", required=True, help="Team data file: stacks/teams/<team>.yaml.")
-@click.option("--profile", required=True, help="Reference profile (components/profiles/<name>.yaml).")
+@click.option("--team", required=True, shell_complete=complete_teams, help="Team data file: stacks/teams/<team>.yaml.")
+@click.option("--profile", required=True, shell_complete=complete_profiles,
+              help="Reference profile (components/profiles/<name>.yaml).")
 @click.option("--region", default=None, help="AWS region; default is the team's.")
 @click.option("--budget", type=int, default=None, help="Monthly budget in USD; default is the team's.")
 @click.option("--owner", default=None, help="Owner tag; default is the team's owner.")
@@ -151,3 +153,55 @@ def new(
 
 
 __all__ = ["StackRequest", "Team", "command", "render_stack"]
+
+
+@command.command("list")
+@format_option
+@project_dir_option
+def list_cmd(fmt: str, project_dir: Path) -> None:
+    """Every stack of the project: team, profile, region, AZ ID, nodes and what it costs an hour.
+
+    $/h is the stack's own purchase option (gpuforge:purchaseOption), from the catalog, at its
+    node count (an autoscaled stack at its minimum). A stack whose file does not validate is
+    listed with the reason, and the others are still listed.
+
+    \b
+    Examples:
+      gpuforge stack list
+      gpuforge stack list --format json | jq '.[] | select(.team == "vision")'
+    """
+    from components.costplan import stack_cost
+    from gpuforge.stackfile import stack_names
+
+    records: list[dict[str, object]] = []
+    for name in stack_names(project_dir):
+        try:
+            raw, _ = load_stack_config(project_dir, name)
+            cfg = parse_stack_config(raw, name)
+        except GpuforgeError as exc:
+            records.append({"stack": name, "problem": exc.message})
+            continue
+        option = cfg.fleet.purchase_option.replace("-", "_")
+        hourly = stack_cost(cfg).hourly(option)
+        records.append({
+            "stack": name, "team": cfg.team, "profile": cfg.profile.name, "region": cfg.region, "az_id": cfg.az_id,
+            "instance_type": cfg.instance.name, "nodes": cfg.node_count, "purchase_option": cfg.fleet.purchase_option,
+            "usd_per_hour": None if hourly is None else round(hourly, 2), "problem": None,
+        })
+    if fmt == "json":
+        click.echo(json.dumps(records, indent=2))
+        return
+    problems = any(r["problem"] for r in records)
+    rows = Rows(f"stacks in {project_dir}", [
+        Column("stack"), Column("team"), Column("profile"), Column("region"), Column("AZ ID"),
+        Column("nodes", justify="right"), Column("option"), Column("$/h", justify="right"),
+        *([Column("problem")] if problems else []),
+    ])
+    for r in records:
+        if "team" not in r:
+            rows.add(r["stack"], None, None, None, None, None, None, None, r["problem"])
+            continue
+        nodes = f"{r['nodes']}× {r['instance_type']}"
+        rows.add(r["stack"], r["team"], r["profile"], r["region"], r["az_id"], nodes, r["purchase_option"],
+                 "n/a" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:,.2f}", *([None] if problems else []))
+    emit(rows, fmt)

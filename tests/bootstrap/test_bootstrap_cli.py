@@ -42,5 +42,5 @@ def test_bad_node_name_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
               "--project-dir", str(PROJECT)])  # fmt: skip
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "error: node name 'Risk_1' is not a valid hostname" in err
+    assert "error: --node: risk-sim has no node 'Risk_1'" in err and "risk-sim-node[01-02]" in err
     assert not (tmp_path / "o").exists(), "nothing is written when rendering fails"

@@ -55,8 +55,12 @@ def test_refresh_from_moto_writes_a_loadable_catalog(aws_env: str, tmp_path: Pat
     # Offerings by AZ ID, as moto lists them.
     assert p4d.offering("us-east-1").az_ids == ("use1-az1", "use1-az2", "use1-az4", "use1-az6")  # type: ignore[union-attr]
     assert cat.instance("p4de.24xlarge").offering("us-east-1").az_ids == ("use1-az4", "use1-az6")  # type: ignore[union-attr]
-    # Spot: moto's placeholder price, the lowest over regular AZs.
-    assert cat.instance("g4dn.8xlarge").offering("us-east-1").spot_usd_per_hour == 0.00001  # type: ignore[union-attr]
+    # Spot: moto's placeholder price (0.00001) is implausible against the previous snapshot, so the
+    # previous price stays and the report says why (issue 13 item 5).
+    shipped = load_catalog(CATALOG_DIR).instance("g4dn.8xlarge").offering("us-east-1")
+    assert cat.instance("g4dn.8xlarge").offering("us-east-1").spot_usd_per_hour == shipped.spot_usd_per_hour  # type: ignore[union-attr]
+    assert any(f == "spot_usd_per_hour" and s == "g4dn.8xlarge us-east-1" and st == "implausible" and "1e-05" in d
+               for f, s, st, d in _items(report)), _items(report)
     # No pricing backend in moto: the old on-demand prices stay, and the report says why.
     assert p4d.offering("us-east-1").on_demand_usd_per_hour == 21.957642  # type: ignore[union-attr]
     kept = _items(report, "kept")

@@ -111,7 +111,8 @@ def test_mirror_shows_in_the_preview(project, capsys):
     assert json.loads(out)["bootstrap"] == {
         "mirror": {"efa-installer": "http://mirror.internal/efa/", "nvcr.io": "registry.internal/nvcr"}
     }
-    code, out, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj), "--no-policies"], capsys)
+    code, out, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj), "--no-policies", "--format", "table"],
+                             capsys)
     assert code == 0, err
     assert "bootstrap mirror" in out and "http://mirror.internal/efa/" in out
 
