@@ -126,6 +126,7 @@ def humanise_os_error(exc: OSError) -> str:
 _OS_HINTS = {
     errno.ENOTDIR: "a part of that path is a file, not a directory; choose another path",
     errno.EISDIR: "that path is a directory; give a file path",
+    errno.EEXIST: "a file is in the way where a directory is needed; choose another path",
     errno.ENOENT: "check that the path exists",
     errno.EACCES: "check the file's permissions, or choose a path you may write",
     errno.EPERM: "check the file's permissions, or choose a path you may write",

@@ -27,7 +27,7 @@ def test_every_listed_option_is_in_the_real_help(gf: Gf) -> None:
     for raw in entries:
         entry = re.sub(r"^# .*$", "", raw, flags=re.M)
         words = entry.split()
-        path = [w for w in words[1:3] if re.fullmatch(r"[a-z]+", w)]
+        path = [w for w in words[1:3] if re.fullmatch(r"[a-z][a-z-]*", w)]
         helptext = gf(*path, "--help", env=base_env(COLUMNS="300")).stdout
         for opt in re.findall(r"--[a-z][a-z-]*", entry):
             assert opt in helptext, (path, opt)
