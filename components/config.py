@@ -311,6 +311,14 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
             f"{instance.name} does not support ENA Express (describe_instance_types EnaSrdSupported is false)",
             "remove enaExpress, or pick a type that supports it (g6.48xlarge, g6e.12xlarge and larger, p5, p5e, p5en)",
         )
+    if parsed.enaExpress and parsed.kubernetes == "eks":
+        # The EKS GPU node group's template (components/kubernetes/eks.py) is not gpuforge's node
+        # template; refusing beats a key that silently does nothing.
+        raise ConfigError(
+            f"{PROJECT}:enaExpress",
+            "is not applied to EKS managed node groups by gpuforge",
+            "remove enaExpress, or use kubernetes: none or existing",
+        )
     bucket_base = parsed.bucketBase or f"gpuforge-{stack}"
     _check_bucket_base(bucket_base, parsed.azId, region)
     fleet = _fleet(parsed, instance, region, catalog, node_count)

@@ -43,6 +43,8 @@ CASES = [
     ("over the GPU quota", base_config(gpuQuota=8), "gpuforge:gpuQuota", "allows 6"),
     # cv-training is p4de: describe_instance_types says EnaSrdSupported false
     ("ENA Express unsupported", base_config(enaExpress=True), "gpuforge:enaExpress", "does not support ENA Express"),
+    ("ENA Express on EKS", base_config(enaExpress=True, instanceType="g6e.24xlarge", gpuQuota=None, kubernetes="eks"),
+     "gpuforge:enaExpress", "not applied to EKS"),
     # EC2 placement group rules: spot that stops or hibernates cannot launch in a placement group (issue 10 item 5)
     ("spot stop in a placement group", base_config(purchaseOption="spot", spotInterruptionBehavior="stop"),
      "gpuforge:spotInterruptionBehavior", "use terminate"),
