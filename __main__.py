@@ -46,6 +46,7 @@ if config.kubernetes is not None:  # only stacks that ask for Kubernetes pay for
             placement_group=cluster.placement_group_name,
             alert_topic_arn=cluster.alert_topic_arn,
             bucket_arns=(cluster.directory_bucket_arn, cluster.checkpoint_bucket_arn),
+            checkpoint_bucket=cluster.checkpoint_bucket,
         ),
         opts=pulumi.ResourceOptions(parent=cluster),
     )

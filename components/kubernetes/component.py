@@ -54,9 +54,10 @@ class KubernetesArgs:
     alert_topic_arn: pulumi.Input[str] | None = None  # where the EKS stack's idle-GPU alarm alerts
     # The stack's buckets (directory, checkpoint): pods reach them through EKS Pod Identity.
     bucket_arns: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None
+    checkpoint_bucket: pulumi.Input[str] | None = None  # teams' models live under models/<team>/ here
 
 
-def manifests_for(cfg: StackConfig) -> list[m.Manifest]:
+def manifests_for(cfg: StackConfig, model_bucket: Any = "") -> list[m.Manifest]:
     """Every Kubernetes object of the stack, in apply order (namespaces before their contents)."""
     settings = _settings(cfg)
     plan = plan_sharing(cfg.profile.sharing, load_catalog().gpu(cfg.instance))
@@ -68,7 +69,7 @@ def manifests_for(cfg: StackConfig) -> list[m.Manifest]:
     for team in settings.teams:
         docs += [*m.team(team, quota), m.storage_service_account(team)]
     if cfg.profile.bootstrap.recipe == "inference":
-        docs += m.inference(m.inference_spec(settings, quota))
+        docs += m.inference(m.inference_spec(settings, quota), model_bucket)
     return docs
 
 
@@ -85,7 +86,9 @@ class GpuKubernetes(pulumi.ComponentResource):
         super().__init__("gpuforge:kubernetes:GpuKubernetes", name, None, opts)
         cfg = args.config
         settings = _settings(cfg)
-        docs = manifests_for(cfg)  # before any resource: a bad MIG layout fails here
+        # Before any resource: a bad MIG layout fails here. Models come from the bucket only where
+        # pod identity lets the pods read it (gpuforge's own EKS cluster).
+        docs = manifests_for(cfg, (args.checkpoint_bucket or "") if settings.mode == "eks" else "")
 
         if settings.mode == "eks":
             from components.kubernetes.eks import EksArgs, EksCluster, PrivateAccess, StorageAccess

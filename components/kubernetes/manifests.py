@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from components.kubernetes import serving
 from components.kubernetes.quotas import TeamQuota
 from components.kubernetes.settings import KubernetesSettings, defaults
 from components.kubernetes.sharing import GPU_RESOURCE, SharingPlan
@@ -218,7 +219,7 @@ def inference_spec(settings: KubernetesSettings, quota: TeamQuota) -> InferenceS
     )
 
 
-def inference(spec: InferenceSpec) -> list[Manifest]:
+def inference(spec: InferenceSpec, model_bucket: Any = "") -> list[Manifest]:
     """Deployment, Service, HorizontalPodAutoscaler and PodDisruptionBudget of the inference service."""
     d = defaults()["inference"]
     labels = {"app.kubernetes.io/name": INFERENCE_APP}
@@ -246,6 +247,10 @@ def inference(spec: InferenceSpec) -> list[Manifest]:
                             "labelSelector": {"matchLabels": labels},
                         }
                     ],
+                    # The model repository: the team's models from the stack's bucket, or the
+                    # default model (components/kubernetes/serving.py).
+                    "initContainers": [serving.fetch_models_container(_RESTRICTED)],
+                    "volumes": serving.model_volumes(),
                     "containers": [
                         {
                             "name": "server",
@@ -255,11 +260,11 @@ def inference(spec: InferenceSpec) -> list[Manifest]:
                             "env": [
                                 {"name": "MAX_BATCH_SIZE", "value": str(spec.max_batch_size)},
                                 {"name": "MAX_BATCH_DELAY_MS", "value": str(spec.max_batch_delay_ms)},
+                                {"name": "MODEL_REPOSITORY", "value": serving.MODELS_DIR},
                             ],
                             "resources": {"requests": resources, "limits": resources},
-                            # TCP, not an HTTP path: FastAPI and Triton servers differ in health URLs.
-                            "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
-                            "livenessProbe": {"tcpSocket": {"port": "http"}, "initialDelaySeconds": 60},
+                            "volumeMounts": [{"name": "models", "mountPath": serving.MODELS_DIR}],
+                            **serving.server_settings(spec.image, spec.port),
                             "securityContext": _RESTRICTED,
                         }
                     ],
@@ -268,6 +273,8 @@ def inference(spec: InferenceSpec) -> list[Manifest]:
         },
     }
     return [
+        serving.default_model_configmap(spec.namespace, _meta, spec.max_batch_size, spec.max_batch_delay_ms),
+        serving.storage_configmap(spec.namespace, _meta, model_bucket),
         deployment,
         {
             "apiVersion": "v1",

@@ -13,6 +13,9 @@ import yaml
 
 from gpuforge.preview import PreviewResult, run_preview
 from tests.components.stackcfg import base_config, with_overrides
+from tests.support.moto_server import aws_env, moto_server
+
+__all__ = ["aws_env", "moto_server"]
 
 ROOT = Path(__file__).resolve().parents[2]
 # An EKS inference stack as the committed nlp-inference one, with the operator's CIDR named.

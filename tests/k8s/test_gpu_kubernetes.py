@@ -90,7 +90,8 @@ def test_inference_service_requests_one_share_and_scales_within_quota(nlp):
     spec = dep.inputs["spec"]
     c = spec["template"]["spec"]["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1" == c["resources"]["requests"]["nvidia.com/gpu"]
-    assert {e["name"]: e["value"] for e in c["env"]} == {"MAX_BATCH_SIZE": "32", "MAX_BATCH_DELAY_MS": "10"}
+    assert {e["name"]: e["value"] for e in c["env"]} == {"MAX_BATCH_SIZE": "32", "MAX_BATCH_DELAY_MS": "10",
+                                                     "MODEL_REPOSITORY": "/models"}
     assert spec["template"]["spec"]["priorityClassName"] == "gpuforge-inference"
     hpa = one(nlp.run, "kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 3)  # max = the team's 3 shares
