@@ -28,6 +28,8 @@ pulumi.export("directoryBucket", cluster.directory_bucket)
 pulumi.export("checkpointBucket", cluster.checkpoint_bucket)
 pulumi.export("instanceType", config.instance.name)
 pulumi.export("nodeCount", config.node_count)
+if cluster.slurm_head_ip is not None:  # gpuforge:scheduler slurm: where slurmctld runs (ssm start-session there)
+    pulumi.export("slurmHead", {"name": config.slurm.head_name if config.slurm else None, "privateIp": cluster.slurm_head_ip})
 if cluster.node_template_versions is not None:
     pulumi.export("nodeTemplateVersions", cluster.node_template_versions)
 

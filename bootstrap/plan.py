@@ -74,6 +74,7 @@ class NodePlan:
     slurm_version: SlurmForOs | None = None
     munge_parameter: str | None = None
     hosts_parameter: str | None = None
+    slurm_daemon: str = "slurmd"  # slurmctld on the head node (bootstrap/slurm_head.py)
 
     @property
     def efa(self) -> bool:

@@ -99,6 +99,11 @@ def render_user_data(
         checkpoint_images=checkpoint_images,
         cloudwatch_agent=cloudwatch_agent,
     )
+    return render_plan(cfg, plan, v)
+
+
+def render_plan(cfg: StackConfig, plan: NodePlan, v: Versions) -> RenderedBootstrap:
+    """Files and user data for a plan (the GPU nodes' from plan_node; the Slurm head's, bootstrap/slurm_head.py)."""
     files = _render_files(plan, v)
     text = _cloud_config(plan, files)
     raw = text.encode()
@@ -129,7 +134,6 @@ def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
         "agent_config_file": f"/{AGENT_CONFIG_FILE}",
         "v": v,
         "expected": plan.expected(v),
-        "slurm_daemon": "slurmd",
     }
 
 
@@ -149,8 +153,11 @@ def _render_files(plan: NodePlan, v: Versions) -> dict[str, str]:
         files[f"opt/gpuforge/phases/{phase.name}.sh"] = env.get_template(f"phases/{phase.name}.sh.j2").render(
             ctx, phase=phase
         )
-    if plan.slurm is not None:
+    if plan.slurm is not None and plan.slurm_daemon == "slurmctld":
+        # Configless Slurm: only the head carries the files; every slurmd fetches them from
+        # slurmctld at start (--conf-server), so GPU nodes' user data stays under EC2's 16 KB.
         files.update(render_slurm(plan.slurm))
+    if plan.slurm is not None and plan.slurm_daemon == "slurmd":
         files["opt/gpuforge/bin/gpuforge-health-check"] = env.get_template("gpuforge-health-check.j2").render(ctx)
     if plan.checkpoint_command:
         files["opt/gpuforge/bin/gpuforge-spot-watcher"] = env.get_template("spot-watcher.j2").render(ctx)

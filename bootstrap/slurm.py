@@ -1,7 +1,8 @@
 """Slurm's configuration files for a stack: slurm.conf, gres.conf, topology.conf (and cgroup.conf
-where the cgroup plugins run), rendered from the catalog through components/scheduler.py.
+where the cgroup plugins run, plugstack.conf where Pyxis is), rendered from the catalog through
+components/scheduler.py.
 
-Every node of a cluster (head and GPU nodes) gets the same files. Pure: `SlurmLayout` in, text
+The head node carries them; slurmd and the clients fetch them from slurmctld (configless). Pure: `SlurmLayout` in, text
 out, so the test bed renders the very templates a stack renders, with only its own paths, ports,
 CPU/memory figures and plugins changed (tests/slurm/slurmbed.py says which and why).
 """
@@ -59,6 +60,7 @@ class SlurmLayout:
     paths: SlurmPaths = field(default_factory=SlurmPaths)
     gpu_device_prefix: str = "/dev/nvidia"  # gres.conf File= (files mode); a test bed points it at stand-ins
     node_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr per node, where names do not resolve
+    pyxis: bool = False  # plugstack.conf includes the nodes' plugstack.conf.d (pyxis.conf, bootstrap pyxis phase)
 
     @property
     def nodeset(self) -> str:
@@ -81,6 +83,7 @@ def layout_for(settings: SlurmSettings, gres_mode: GresMode) -> SlurmLayout:
         partitions=settings.partitions,
         health_check=settings.health_check,
         switch_name=settings.switch_name,
+        pyxis=True,
     )
 
 
@@ -100,6 +103,7 @@ def render_slurm(layout: SlurmLayout, files: Sequence[str] | None = None) -> dic
     if not layout.node_names:
         raise ValueError("a Slurm layout needs at least one node")
     names = ["slurm.conf", "gres.conf", "topology.conf"] + (["cgroup.conf"] if layout.cgroup else [])
+    names += ["plugstack.conf"] if layout.pyxis else []
     env = _env()
     ctx = {"l": layout, "p": layout.paths, "nodeset": layout.nodeset}
     return {

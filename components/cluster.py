@@ -78,6 +78,24 @@ class GpuCluster(pulumi.ComponentResource):
         ops = declare_operations(
             name, cfg, nodes.launch_template_id if nodes else None, network.subnet_id, pg.name, parent=self
         )
+        self.slurm_head_ip: pulumi.Output[str] | None = None
+        if cfg.slurm is not None and nodes is not None:  # config refuses slurm with EKS and autoscaling
+            from components.slurmhead import SlurmHead, SlurmHeadArgs
+
+            head = SlurmHead(
+                name,
+                SlurmHeadArgs(
+                    config=cfg,
+                    ami_id=_ami(cfg, self),  # the nodes' image: the same Slurm version as their slurmd
+                    subnet_id=network.subnet_id,
+                    security_group_id=network.security_group_id,  # members talk to each other (6817/6818)
+                    nodes=nodes.nodes,
+                    node_role_name=nodes.role_name,
+                    public_ip=cfg.public_ips and cfg.vpc_id is None,
+                ),
+                opts=child,
+            )
+            self.slurm_head_ip = head.private_ip
 
         self.placement_group_name = pg.name
         # The version GPU instances boot and the template's latest: they differ after a template
@@ -123,14 +141,18 @@ def egress_subnet(cfg: StackConfig) -> str:
     return egress_subnet_cidr(cfg.vpc_cidr, taken)
 
 
+def _ami(cfg: StackConfig, parent: pulumi.Resource) -> pulumi.Output[str]:
+    return pulumi.Output.from_input(cfg.ami_id) if cfg.ami_id else lookup_ami(
+        cfg.os, cfg.driver_preinstalled, opts=pulumi.InvokeOptions(parent=parent)
+    )
+
+
 def _gpu_nodes(
     name: str, cfg: StackConfig, network: GpuNetwork, pg: aws.ec2.PlacementGroup, storage: ClusterStorage,
     parent: pulumi.Resource,
 ) -> GpuNodes:
     """The nodes that boot gpuforge's bootstrap: IAM role and profile, launch template, instances."""
-    ami_id = pulumi.Output.from_input(cfg.ami_id) if cfg.ami_id else lookup_ami(
-        cfg.os, cfg.driver_preinstalled, opts=pulumi.InvokeOptions(parent=parent)
-    )
+    ami_id = _ami(cfg, parent)
     ngc_arn = None
     if cfg.ngc_api_key_parameter:
         param = cfg.ngc_api_key_parameter.lstrip("/")

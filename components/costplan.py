@@ -108,10 +108,10 @@ class FixedItem:
 
 
 def platform_items(cfg: StackConfig, prices: PlatformPrices | None = None) -> tuple[FixedItem, ...]:
-    """The private nodes' NAT gateway and interface endpoints, and on EKS the control plane, the
-    system nodes and their root volumes."""
+    """The private nodes' NAT gateway and interface endpoints, the Slurm head node and its root
+    volume, and on EKS the control plane, the system nodes and their root volumes."""
     prices = prices or load_platform_prices()
-    return _egress_items(cfg, prices) + _eks_items(cfg, prices)
+    return _egress_items(cfg, prices) + _slurm_items(cfg, prices) + _eks_items(cfg, prices)
 
 
 def _egress_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
@@ -127,6 +127,21 @@ def _egress_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, 
         n = len(INTERFACE_SERVICES)  # one AZ: the stack's
         items.append(FixedItem("interface endpoints (1 AZ)", n, "endpoints", None if per is None else per * n))
     return tuple(items)
+
+
+def _slurm_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
+    """The head node runs on demand whatever the GPU nodes are bought as (components/slurmhead.py)."""
+    if cfg.slurm is None:
+        return ()
+    from components.catalog import load_catalog
+    from components.slurmhead_sizes import HEAD_ROOT_GIB
+
+    head = prices.instance(cfg.slurm.head_instance_type, cfg.region)
+    gp3 = load_catalog().storage.usd_per_gb_month["gp3"]
+    return (
+        FixedItem(f"Slurm head {cfg.slurm.head_instance_type}", 1, "nodes", head),
+        FixedItem("storage Slurm head root gp3", HEAD_ROOT_GIB, "GiB", HEAD_ROOT_GIB * gp3 / HOURS_PER_MONTH),
+    )
 
 
 def _eks_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:

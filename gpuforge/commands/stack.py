@@ -36,6 +36,7 @@ class StackRequest:
     region: str | None = None
     budget: int | None = None
     owner: str | None = None
+    scheduler: str = "none"  # gpuforge:scheduler (slurm: a head node and slurmd on the GPU nodes)
 
     @property
     def stack(self) -> str:
@@ -47,6 +48,8 @@ class StackRequest:
         for flag, value in (("--region", self.region), ("--budget", self.budget), ("--owner", self.owner)):
             if value is not None:
                 args += [flag, str(value)]
+        if self.scheduler != "none":
+            args += ["--scheduler", self.scheduler]
         return shlex.join(args)
 
 
@@ -95,6 +98,7 @@ def render_stack(req: StackRequest, project_dir: Path, teams_dir: Path = TEAMS_D
         owner=req.owner or team.owner,
         budget_usd=req.budget if req.budget is not None else team.budget_usd,
         purchase_option="spot" if training else "on-demand",
+        scheduler=req.scheduler,
         purchase_reason=(
             "training checkpoints and resumes, so it runs on spot (often about a third of the on-demand price)"
             if training
@@ -127,10 +131,13 @@ def command() -> None:
 @click.option("--region", default=None, help="AWS region; default is the team's.")
 @click.option("--budget", type=int, default=None, help="Monthly budget in USD; default is the team's.")
 @click.option("--owner", default=None, help="Owner tag; default is the team's owner.")
+@click.option("--scheduler", type=click.Choice(["none", "slurm"]), default="none", show_default=True,
+              help="slurm: a Slurm cluster (head node with slurmctld, slurmd on the GPU nodes); training profiles.")  # fmt: skip
 @click.option("--force", is_flag=True, help="Overwrite an existing stack file.")
 @project_dir_option
 def new(
-    team: str, profile: str, region: str | None, budget: int | None, owner: str | None, force: bool, project_dir: Path
+    team: str, profile: str, region: str | None, budget: int | None, owner: str | None, scheduler: str, force: bool,
+    project_dir: Path,
 ) -> None:
     """Write stacks/Pulumi.<team>-<profile>.yaml for TEAM from PROFILE.
 
@@ -138,10 +145,11 @@ def new(
     Examples:
       gpuforge stack new --team vision --profile cv-training
       gpuforge stack new --team search --profile nlp-inference --budget 3500
+      gpuforge stack new --team vision --profile cv-training --scheduler slurm
     Then: gpuforge preview --stack vision-cv-training; gpuforge cost --stack vision-cv-training
     """
     project_dir = project_dir.resolve()
-    req = StackRequest(team, profile, region, budget, owner)
+    req = StackRequest(team, profile, region, budget, owner, scheduler)
     path = project_dir / "stacks" / f"Pulumi.{req.stack}.yaml"
     if path.exists() and not force:
         raise InputError(f"{path.relative_to(project_dir)} exists", "pass --force to overwrite it (review the diff)")

@@ -111,6 +111,10 @@ class OfflineMocks(pulumi.runtime.Mocks):
             state["endpoint"] = f"https://{_digest(name):08X}.offline.eks.{self.hints.region}.amazonaws.com"
             state["certificateAuthority"] = {"data": "T0ZGTElORS1DQQ=="}  # base64("OFFLINE-CA")
             state["vpcConfig"] = {**dict(state.get("vpcConfig") or {}), "clusterSecurityGroupId": f"sg-{_digest(name):08x}"}
+        elif typ == "random:index/randomBytes:RandomBytes":
+            # A stand-in, never a key: the engine marks these secret, as the provider does.
+            state["base64"] = "T0ZGTElORS1NVU5HRS1LRVk="  # base64("OFFLINE-MUNGE-KEY")
+            state["hex"] = "4f46464c494e452d4d554e47452d4b4559"
         elif typ.startswith("kubernetes:"):
             meta = dict(state.get("metadata") or {})
             meta.setdefault("name", name)

@@ -11,6 +11,8 @@ import pytest
 
 from bootstrap.render import EC2_USER_DATA_LIMIT, render_user_data
 from bootstrap.slurm import layout_for, render_slurm
+from bootstrap.slurm_head import render_head_user_data
+from components.userdata import stack_user_data
 from tests.slurm.conftest import slurm_stack
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -23,8 +25,9 @@ CASES = {
 
 
 def _files(case: str) -> dict[str, str]:
+    """The Slurm files as the head node's user data carries them (GPU nodes fetch them: configless)."""
     stack, os_name, count = CASES[case]
-    r = render_user_data(slurm_stack(stack, os=os_name, nodeCount=count), None)
+    r = render_head_user_data(slurm_stack(stack, os=os_name, nodeCount=count))
     return {k: v for k, v in r.files.items() if k.startswith("etc/slurm/")}
 
 
@@ -58,15 +61,29 @@ def test_node_names_are_the_inventorys_and_the_placement_group_is_one_switch() -
     assert files["etc/slurm/topology.conf"].splitlines()[-1] == "SwitchName=cv-training-pg Nodes=cv-training-node[01-04]"
 
 
-def test_gpu_nodes_get_slurm_and_pyxis_phases_and_still_fit_ec2() -> None:
+@pytest.mark.parametrize("purchase", ["on-demand", "spot"])  # spot adds the watcher: the fullest user data
+def test_gpu_nodes_get_slurm_and_pyxis_phases_and_still_fit_ec2(purchase: str) -> None:
     for stack, os_name, count in CASES.values():
-        r = render_user_data(slurm_stack(stack, os=os_name, nodeCount=count), None)
+        r = stack_user_data(slurm_stack(stack, os=os_name, nodeCount=count, purchaseOption=purchase),
+                            account_id="123456789012")  # fmt: skip
         assert r.plan is not None
         names = [p.name for p in r.plan.phases]
         assert names.index("slurm") < names.index("pyxis") < names.index("self-check")
         assert len(r.user_data) <= EC2_USER_DATA_LIMIT
+        # configless: no Slurm file on the GPU nodes; slurmd asks the head for them
+        assert not [k for k in r.files if k.startswith("etc/slurm/")]
+        assert f"--conf-server {stack}-head:6817" in r.files["opt/gpuforge/phases/slurm.sh"]
         # the munge key is read at boot: user data names its parameter and carries no key
         assert r.plan.munge_parameter and r.plan.munge_parameter in r.files["opt/gpuforge/phases/slurm.sh"]
+
+
+def test_the_head_runs_slurmctld_only() -> None:
+    r = render_head_user_data(slurm_stack("cv-training"))
+    assert r.plan is not None and [p.name for p in r.plan.phases] == ["base", "slurm"]
+    phase = r.files["opt/gpuforge/phases/slurm.sh"]
+    assert "apt_install munge slurmctld slurm-client\n" in phase and "conf-server" not in phase
+    assert "gpuforge-health-check" not in " ".join(r.files) and len(r.user_data) <= EC2_USER_DATA_LIMIT
+    assert "SlurmctldParameters=enable_configless" in r.files["etc/slurm/slurm.conf"]
 
 
 def test_a_layout_without_nodes_is_refused() -> None:

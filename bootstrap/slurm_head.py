@@ -1,0 +1,35 @@
+"""User data of a Slurm stack's head node: the GPU nodes' runner, library and Slurm files, with
+only the phases a controller needs (base: packages, time, hostname; slurm: munge and slurmctld).
+
+The same templates as the GPU nodes, so the head and its nodes pin the same Slurm version (they
+boot the same AMI) and read the same slurm.conf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bootstrap.plan import BootstrapError, Phase, plan_node
+from bootstrap.render import RenderedBootstrap, render_plan
+from bootstrap.versions import load_versions
+from components.config import StackConfig
+
+
+def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
+    if cfg.slurm is None:
+        raise BootstrapError(f"stack {cfg.stack} has no Slurm head node", "set gpuforge:scheduler: slurm")
+    v = load_versions()
+    gpu_plan = plan_node(cfg, cfg.slurm.head_name, v)
+    assert gpu_plan.slurm_version is not None
+    plan = dataclasses.replace(
+        gpu_plan,
+        slurm_daemon="slurmctld",
+        phases=(
+            Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the head node's name"),
+            Phase("slurm", f"munge and slurmctld {gpu_plan.slurm_version.version} (cluster {cfg.slurm.cluster_name})"),
+        ),
+        cloudwatch_agent=None,
+        checkpoint_command=None,
+        checkpoint_images=(),
+    )
+    return render_plan(cfg, plan, v)

@@ -1,0 +1,143 @@
+"""SlurmHead: the head node of a `gpuforge:scheduler: slurm` stack, and the secrets and names the
+cluster shares.
+
+- the munge key, made at deploy time (pulumi_random RandomBytes, a Pulumi secret), kept in an SSM
+  SecureString parameter under a KMS key of its own; nodes read it at boot with their role. It is
+  never in user data: the user data names the parameter only;
+- a small on-demand instance running slurmctld, in the stack's subnet and security group but
+  OUTSIDE the cluster placement group (it does no GPU traffic and must not take a slot there),
+  encrypted root volume, IMDSv2 only, no SSH beyond the stack's sshCidrs (SSM Session Manager);
+- the hosts parameter: "private-ip name" per line for the head and every GPU node, written once
+  the instances exist; nodes are not in DNS and slurm.conf names them (bootstrap/slurm.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_random as random
+
+from bootstrap.slurm_head import render_head_user_data
+from components.compute import SSM_CORE_POLICY, Node
+from components.config import StackConfig
+from components.slurmhead_sizes import HEAD_ROOT_GIB
+
+
+@dataclass(frozen=True)
+class SlurmHeadArgs:
+    config: StackConfig
+    ami_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    nodes: Sequence[Node]  # the GPU nodes (slurmd), by inventory name
+    node_role_name: pulumi.Input[str]
+    public_ip: bool
+
+
+def parameter_policy(parameter_arns: Sequence[str], key_arn: str, region: str) -> str:
+    """Read exactly the cluster's two parameters, and decrypt with their key only through SSM."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "ReadSlurmParameters", "Effect": "Allow", "Action": ["ssm:GetParameter"],
+                 "Resource": list(parameter_arns)},
+                {"Sid": "DecryptMungeKey", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key_arn],
+                 "Condition": {"StringEquals": {"kms:ViaService": f"ssm.{region}.amazonaws.com"}}},
+            ],
+        }
+    )  # fmt: skip
+
+
+class SlurmHead(pulumi.ComponentResource):
+    instance: aws.ec2.Instance
+    private_ip: pulumi.Output[str]
+
+    def __init__(self, name: str, args: SlurmHeadArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpuforge:aws:SlurmHead", name, None, opts)
+        cfg = args.config
+        slurm = cfg.slurm
+        assert slurm is not None, "SlurmHead needs gpuforge:scheduler slurm"
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {**cfg.tags, "gpuforge-role": "slurm-head"}
+
+        key = aws.kms.Key(
+            f"{name}-slurm-key",
+            description=f"gpuforge {cfg.stack}: Slurm munge key parameter",
+            enable_key_rotation=True,
+            deletion_window_in_days=7,
+            tags=tags,
+            opts=child,
+        )
+        munge = random.RandomBytes(f"{name}-munge-key", length=1024, opts=child)  # munged's own key size
+        munge_param = aws.ssm.Parameter(
+            f"{name}-munge-key",
+            name=slurm.munge_parameter,
+            type="SecureString",
+            key_id=key.arn,
+            value=munge.base64,  # a secret output: Pulumi stores it encrypted, previews show [secret]
+            description="Slurm munge key (base64), read by the cluster's nodes at boot",
+            tags=tags,
+            opts=child,
+        )
+
+        role = aws.iam.Role(
+            f"{name}-head-role",
+            assume_role_policy=json.dumps(
+                {"Version": "2012-10-17", "Statement": [
+                    {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+            ),
+            description="gpuforge Slurm head node: SSM, and the cluster's Slurm parameters only",
+            tags=tags,
+            opts=child,
+        )
+        aws.iam.RolePolicyAttachment(f"{name}-head-ssm-core", role=role.name, policy_arn=SSM_CORE_POLICY, opts=child)
+        account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id
+        arn = f"arn:aws:ssm:{cfg.region}:{{}}:parameter{{}}"
+        param_arns = account.apply(
+            lambda acct: [arn.format(acct, slurm.munge_parameter), arn.format(acct, slurm.hosts_parameter)]
+        )
+        policy = pulumi.Output.all(param_arns, key.arn).apply(lambda v: parameter_policy(v[0], v[1], cfg.region))
+        aws.iam.RolePolicy(f"{name}-head-slurm", role=role.id, policy=policy, opts=child)
+        aws.iam.RolePolicy(f"{name}-node-slurm", role=args.node_role_name, policy=policy, opts=child)
+        profile = aws.iam.InstanceProfile(f"{name}-head-profile", role=role.name, tags=tags, opts=child)
+
+        self.instance = aws.ec2.Instance(
+            slurm.head_name,
+            ami=args.ami_id,
+            instance_type=slurm.head_instance_type,
+            subnet_id=args.subnet_id,
+            vpc_security_group_ids=[args.security_group_id],
+            associate_public_ip_address=args.public_ip,  # egress for packages; SSH only from sshCidrs
+            iam_instance_profile=profile.name,
+            key_name=cfg.key_name,
+            metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+            ),
+            root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                volume_size=HEAD_ROOT_GIB, volume_type="gp3", encrypted=True, delete_on_termination=True
+            ),
+            # No placement_group: the cluster placement group's slots are for the GPU nodes.
+            user_data_base64=render_head_user_data(cfg).user_data_base64,
+            tags={**tags, "Name": slurm.head_name},
+            volume_tags={**tags, "Name": f"{slurm.head_name}-root"},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[munge_param]),
+        )
+
+        lines = [self.instance.private_ip.apply(lambda ip: f"{ip} {slurm.head_name}")]
+        lines += [n.instance.private_ip.apply(lambda ip, nm=n.name: f"{ip} {nm}") for n in args.nodes]  # type: ignore[misc]
+        aws.ssm.Parameter(
+            f"{name}-slurm-hosts",
+            name=slurm.hosts_parameter,
+            type="String",
+            value=pulumi.Output.all(*lines).apply("\n".join),
+            description="Slurm cluster names: private IP and node name per line (nodes write /etc/hosts from it)",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[munge_param]),
+        )
+        self.private_ip = self.instance.private_ip
+        self.register_outputs({"headPrivateIp": self.private_ip, "mungeKeyParameter": munge_param.name})

@@ -1,0 +1,90 @@
+"""A Slurm training stack as the offline engine records it: the head node (outside the placement
+group, encrypted, IMDSv2, on demand), the munge key as a secret SSM parameter the user data never
+carries, least-privilege parameter access for the node role, cost, and the guardrails."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from typing import Any
+
+from gpuforge.policycheck import check_graph
+from tests.policy.conftest import mutate
+
+INSTANCE = "aws:ec2/instance:Instance"
+PARAM = "aws:ssm/parameter:Parameter"
+# How the engine marks a secret value (pulumi.runtime.rpc: _special_sig_key / _special_secret_sig).
+SECRET_SIG, SECRET_VALUE = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
+
+
+def _by(resources: list[Any], token: str) -> list[Any]:
+    return [r for r in resources if r.type == token]
+
+
+def _user_data(text_b64: str) -> str:
+    raw = base64.b64decode(text_b64)
+    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+
+
+def test_head_node_is_small_on_demand_outside_the_placement_group(record) -> None:
+    res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
+    [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
+    gpu = [r for r in _by(res, INSTANCE) if r.name != "vision-slurm-head"]
+    assert len(gpu) == 2 and all(r.inputs.get("placementGroup") for r in gpu)
+    i = head.inputs
+    assert i["instanceType"] == "m6i.large" and "placementGroup" not in i and "instanceMarketOptions" not in i
+    assert i["metadataOptions"]["httpTokens"] == "required"
+    assert i["rootBlockDevice"]["encrypted"] is True
+    ud = _user_data(i["userDataBase64"])
+    assert "SlurmctldHost=vision-slurm-head" in ud and "NodeName=vision-slurm-node[01-02]" in ud
+
+
+def test_munge_key_is_a_secret_parameter_and_never_in_user_data(record) -> None:
+    res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
+    [munge] = [r for r in _by(res, PARAM) if r.inputs["name"].endswith("/munge-key")]
+    assert munge.inputs["type"] == "SecureString"
+    assert munge.inputs["value"].get(SECRET_SIG) == SECRET_VALUE  # the engine holds it as a secret
+    assert munge.inputs["keyId"]  # its own KMS key, not the account default
+    stand_in = "T0ZGTElORS1NVU5HRS1LRVk="  # the offline engine's RandomBytes (gpuforge/offline/mocks.py)
+    booted = [r.inputs.get("userDataBase64") or r.inputs.get("userData")
+              for r in _by(res, INSTANCE) + _by(res, "aws:ec2/launchTemplate:LaunchTemplate")]  # fmt: skip
+    texts = [_user_data(b) for b in booted if b]
+    assert len(texts) == 2  # the head's own, the GPU nodes' launch template
+    for text in texts:
+        assert stand_in not in text and "/slurm/munge-key" in text
+
+
+def test_the_node_role_reads_exactly_the_clusters_parameters(record) -> None:
+    res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
+    [node] = [r for r in _by(res, "aws:iam/rolePolicy:RolePolicy") if r.name == "vision-slurm-node-slurm"]
+    doc = json.loads(node.inputs["policy"])
+    read, decrypt = doc["Statement"]
+    assert read["Action"] == ["ssm:GetParameter"] and sorted(a.split(":parameter")[1] for a in read["Resource"]) == [
+        "/gpuforge/vision-slurm/slurm/hosts", "/gpuforge/vision-slurm/slurm/munge-key"]  # fmt: skip
+    assert decrypt["Action"] == ["kms:Decrypt"] and "*" not in decrypt["Resource"]
+    assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "ssm.us-east-1.amazonaws.com"}}
+
+
+def test_cost_counts_the_head_node(record) -> None:
+    plain = record().cost.to_dict()
+    slurm = record("vision-slurm", scheduler="slurm").cost.to_dict()
+    items = {line["item"] for line in slurm["lines"]}
+    assert {"Slurm head m6i.large", "storage Slurm head root gp3"} <= items
+    # m6i.large on demand (catalog/platform_prices.yaml) + 50 GiB gp3 (catalog/storage_prices.yaml)
+    assert abs(slurm["hourly"]["on_demand"] - plain["hourly"]["on_demand"] - (0.096 + 50 * 0.08 / 730)) < 2e-4
+
+
+def test_guardrails_apply_to_the_head_node(record) -> None:
+    res = record("vision-slurm", scheduler="slurm").run.resources
+    assert check_graph(res) == []
+
+    def head_only(change: Any) -> list[Any]:
+        return mutate(res, INSTANCE, lambda i: change(i) if i.get("instanceType") == "m6i.large" else None)
+
+    imds = [v.message for v in check_graph(head_only(lambda i: i["metadataOptions"].update(httpTokens="optional")))]
+    assert any("vision-slurm-head" in m and "IMDSv1" in m for m in imds), imds
+    enc = [v.message for v in check_graph(head_only(lambda i: i["rootBlockDevice"].update(encrypted=False)))]
+    assert any("vision-slurm-head" in m for m in enc), enc
+    untagged = [v.message for v in check_graph(head_only(lambda i: i.update(tags={"Name": "x"})))]
+    assert any("vision-slurm-head" in m for m in untagged), untagged
