@@ -40,7 +40,8 @@ def test_slurm_on_cv_training_resolves_from_the_catalog_and_profile() -> None:
     ("stack", "extra", "match"),
     [
         ("cv-training", {"scheduler": "pbs"}, r"gpuforge:scheduler: Input should be 'none' or 'slurm'"),
-        ("cv-training", {"autoscaling": "true"}, r"gpuforge:scheduler: 'slurm' with autoscaling"),
+        ("cv-training", {"autoscaling": "true", "publicIps": "false", "natGateway": "true"},
+         r"gpuforge:scheduler: 'slurm' with autoscaling"),
         ("nlp-inference", {}, r"gpuforge:scheduler: 'slurm' with kubernetes 'eks'"),
         ("nlp-inference", {"kubernetes": "none"}, r"profile nlp-inference \(inference\) has no Slurm layout"),
     ],
