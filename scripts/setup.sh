@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 # slurmctld, slurmd, slurm-client, munge, libpmix2: the real Slurm of tests/slurm (srun --mpi=pmix needs libpmix2).
 # mmdebstrap, systemd-container, apt-utils, gnupg: the first-boot rehearsal (tests/rehearsal).
-want_debs=${GPUFORGE_DEBS:-"iproute2 openssh-server openssh-client iperf3 iputils-ping procps shellcheck cloud-init slurmctld slurmd slurm-client munge libpmix2 mmdebstrap systemd-container apt-utils gnupg"}
+want_debs=${GPUFORGE_DEBS:-"iproute2 openssh-server openssh-client iperf3 iputils-ping procps shellcheck cloud-init slurmctld slurmd slurm-client munge libpmix2 mmdebstrap systemd-container apt-utils gnupg chromium"}
 if [ "${1:-}" = "--with-test-hosts" ] && [ "$(id -u)" = 0 ]; then
   missing=""
   for pkg in $want_debs; do

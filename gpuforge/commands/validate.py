@@ -271,6 +271,8 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 @click.option("--checks", default=None, help="Comma-separated checks or groups (e.g. gpu,network,nccl.local).")
 @format_option
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write JUnit XML here.")
+@click.option("--html", "html_page", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a self-contained HTML report here: node verdicts, bandwidth heatmap, NCCL busbw, evidence links.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Evidence directory (default: ./gpuforge-evidence/<UTC time>).")  # fmt: skip
 @click.option(
@@ -312,6 +314,7 @@ def command(
     checks: str | None,
     fmt: str,
     junit: Path | None,
+    html_page: Path | None,
     out: Path | None,
     save_baseline: Path | None,
     baseline: Path | None,
@@ -398,6 +401,11 @@ def command(
     _write_outputs(out, result, accepted)
     if junit is not None:
         result.report.write_junit(junit)
+    if html_page is not None:
+        from gpuforge.htmlreport import write_html
+
+        write_html(result.report, out, html_page)
+        click.echo(f"report: {html_page}", err=True)
     _render(result, fmt)
     if save_baseline is not None:
         _save_baseline(save_baseline, inv, result.report)
