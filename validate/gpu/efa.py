@@ -18,6 +18,11 @@ MARK = "# gpuforge fi_info"
 EFA_FI_INFO = "/opt/amazon/efa/bin/fi_info"  # where the EFA installer puts it
 _RC = re.compile(rf"^{MARK} rc=(?P<rc>\d+)$")
 _FIELD = re.compile(r"^(?P<key>provider|fabric|domain|version|type|protocol):\s*(?P<value>\S.*)$")
+# What fi_info prints (to stderr) when fi_getinfo finds nothing: "fi_getinfo: -61" (libfabric
+# util/info.c `fprintf(stderr, "fi_getinfo: %d\n", ret)`; newer builds add "(No data available)").
+# Our command drops stderr, but published captures carry it (aws-samples/aws-hpc-tutorials,
+# tests/validate/corpus/fi_info/): it is the answer "no provider", not an unknown line.
+_GETINFO_FAILED = re.compile(r"^fi_getinfo: -?\d+(?: \(.*\))?$")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,8 @@ class EfaProviderCheck(NodeCheck[EfaInfo]):
             raise ParseError("no fi_info exit-status marker (truncated or timed out)")
         providers: list[dict[str, str]] = []
         for line in lines[:-1]:
+            if _GETINFO_FAILED.match(line):
+                continue  # no provider matched: the empty provider list says so
             f = _FIELD.match(line)
             if f is None:
                 raise ParseError(f"unexpected fi_info line: {line[:80]!r}")
