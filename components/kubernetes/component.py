@@ -106,6 +106,7 @@ class GpuKubernetes(pulumi.ComponentResource):
                     placement_group=_need(args.placement_group, "placement_group"),
                     instance=cfg.instance,
                     node_count=cfg.node_count,
+                    template_version=cfg.node_template_version,
                     root_volume_gib=cfg.root_volume_gib,
                     public_access_cidrs=settings.public_access_cidrs,
                     private_access=PrivateAccess(

@@ -82,6 +82,7 @@ class EksArgs:
     root_volume_gib: int
     public_access_cidrs: tuple[str, ...]
     private_access: PrivateAccess | None = None  # None: public endpoint limited to public_access_cidrs
+    template_version: int = 1  # gpuforge:nodeTemplateVersion: the GPU template version the node group runs
     labels: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     # The CloudWatch Observability add-on and its node permission (the idle alarm's GPU metric).
@@ -174,7 +175,10 @@ class EksCluster(pulumi.ComponentResource):
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=args.node_count, min_size=args.node_count, max_size=args.node_count
             ),
-            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
+            # A pinned version, as for GpuNodes (components/compute.py): a template change becomes a
+            # new version, and EKS replaces the GPU nodes (a rolling node-group update) only when
+            # the stack raises gpuforge:nodeTemplateVersion.
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=lt.id, version=str(args.template_version)),
             labels={GPU_NODE_LABEL: "true", **args.labels},
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE")],
             tags=tags,

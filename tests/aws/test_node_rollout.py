@@ -49,6 +49,15 @@ def test_raising_the_pin_rolls_the_nodes_on_purpose(tmp_path) -> None:
     assert {i.inputs["launchTemplate"]["version"] for i in run.of_type(INSTANCE)} == {"3"}
 
 
+def test_eks_gpu_node_group_keeps_its_template_version(tmp_path) -> None:
+    """The same rule for the EKS GPU node group: a changed template (latest 3) rolls no node."""
+    from tests.aws.conftest import eks_config
+
+    run = run_with(tmp_path, eks_config(azId="use1-az4"), latest=3)
+    (gpu,) = [g for g in run.of_type("aws:eks/nodeGroup:NodeGroup") if g.name.endswith("-gpu")]
+    assert gpu.inputs["launchTemplate"]["version"] == "1"
+
+
 def test_real_deployment_refuses_an_unpinned_ami() -> None:
     with pytest.raises(ConfigError) as exc:
         require_pinned_ami(None, "ubuntu-22.04", False, "us-east-1", offline=False)
