@@ -62,6 +62,43 @@ def test_noheader_output_is_rejected_not_misread():
         parse_query_csv("Tesla K80, 0322415075970, GPU-b4f79b83-c282-4409-a0e8-0da3e06a13c3\n")
 
 
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "No devices were found\n",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+        "latest NVIDIA driver is installed and running.\n",
+        "Field \"bogus\" is not a valid field to query.\n",
+        "8\n",  # `--query-gpu=count,noheader`: a lone number names no GPU
+        "NVIDIA L40S, 0x26B910DE\nNVIDIA L40S\n",  # ragged rows
+    ],
+)
+def test_noheader_fallback_never_reads_other_text_as_gpus(stdout):
+    result = GpuInventoryCheck().run_on_output("n1", stdout, P4DE)
+    assert [r.level for r in result] == [Level.UNKNOWN]
+
+
+def test_noheader_rows_are_counted_by_the_cells_that_name_a_gpu():
+    # akash-network/provider-configs#95 (tests/validate/corpus/smi_csv/): a real g6e.xlarge
+    g6e = build_expectations(None, "g6e.xlarge", {})
+    results = by_check(
+        GpuInventoryCheck().run_on_output("n1", "NVIDIA L40S, 0x26B910DE, 00000000:30:00.0, 46068 MiB\n", g6e)
+    )
+    assert results["gpu.count"].level is Level.PASS and results["gpu.model"].level is Level.PASS
+    assert results["gpu.memory"].level is Level.INFO  # a MiB cell could be total, used or free
+
+
+def test_samples_over_time_without_gpu_identity_are_not_counted_as_gpus():
+    # `--query-gpu=timestamp,utilization.gpu,utilization.memory -l 1`: eight rows are eight
+    # samples of one GPU, not eight GPUs
+    log = "timestamp, utilization.gpu [%], utilization.memory [%]\n" + "".join(
+        f"2024/09/08 13:03:3{i}.000, 35 %, 19 %\n" for i in range(8)
+    )
+    result = GpuInventoryCheck().run_on_output("n1", log, P4DE)
+    assert [r.level for r in result] == [Level.UNKNOWN]
+    assert "samples over time" in result[0].message
+
+
 def test_empty_and_header_only_output():
     with pytest.raises(ParseError):
         parse_query_csv("")

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from common.results import CheckResult, Level
 from validate.checks import Expectations, NodeCheck, ParseError
-from validate.gpu.smi_csv import as_float, parse_query_csv
+from validate.gpu.smi_csv import as_float, parse_headerless_rows, parse_query_csv
 from validate.thresholds import policy
 
 FIELDS = (
@@ -82,7 +82,16 @@ class GpuInventoryCheck(NodeCheck[GpuInventory]):
         # One row per GPU whatever the fields, so any --query-gpu CSV with a header counts GPUs;
         # the fields it lacks are reported as absent, not guessed (other people's captures ask
         # for other fields: tests/validate/corpus/smi_csv/).
-        rows = [{_ALIASES.get(k, k): v for k, v in r.items()} for r in parse_query_csv(stdout)]
+        try:
+            parsed = parse_query_csv(stdout)
+        except ParseError as header_error:
+            # `--format=csv,noheader` (published captures): read only the cells whose shape
+            # names them; if that fails too, the header complaint is the useful one
+            try:
+                parsed = parse_headerless_rows(stdout)
+            except ParseError:
+                raise header_error from None
+        rows = [{_ALIASES.get(k, k): v for k, v in r.items()} for r in parsed]
         if not rows:
             raise ParseError("header but no GPU rows")
         # `--query-gpu ... -l N` repeats every GPU once per sample (lestofante/ksysguard-gpu#27:
@@ -90,6 +99,9 @@ class GpuInventoryCheck(NodeCheck[GpuInventory]):
         key = next((k for k in ("pci.bus_id", "uuid", "index") if k in rows[0]), None)
         if key is not None and all(r.get(key) is not None for r in rows):
             rows = list({r[key]: r for r in reversed(rows)}.values())[::-1]
+        elif "timestamp" in rows[0] and len({str(r.get("timestamp"))[:19] for r in rows}) > 1:
+            # a log sampled over time with no GPU identity column: rows are samples, not GPUs
+            raise ParseError("samples over time without an index, UUID or bus id column: GPU count unknown")
         columns = frozenset(rows[0])
         return GpuInventory(
             tuple(
