@@ -27,6 +27,12 @@ _SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
 # relied on: count, words, count, words, [+count words,] percent.
 _SUMMARY_ANY = re.compile(r"(\d+) [^\d,\n]+, (\d+) [^\d,\n]+(?:, \+?\d+ [^\d,\n]+)*, [\d.,]+ ?%")
 _RTT_ANY = re.compile(r"\b\w+[=<]([0-9]+(?:[.,][0-9]+)?) ?ms\b")
+# Windows ping, any locale: "Packets: Sent = 4, Received = 4, Lost = 0 (0% loss)," or Polish
+# "Pakiety: Wyslane = 4, Odebrane = 4, Utracone = 0\n (0% straty)," (influxdata/telegraf
+# plugins/inputs/ping/ping_windows_test.go captures): label = count, three times, then a percent.
+# Windows counts an ICMP error ("Destination net unreachable", "TTL expired in transit") as
+# Received, so only lines with a round-trip time are echo replies.
+_SUMMARY_WINDOWS = re.compile(r"^[ \t]*[^\n:=]+:\s*[^\n=,]+=\s*(\d+),\s*[^\n=,]+=\s*(\d+),\s*[^\n=,]+=\s*\d+\s*\(\d+%", re.M)
 # iputils: "rtt min/avg/max/mdev = a/b/c/d ms"; macOS: "round-trip min/avg/max/stddev = ...";
 # busybox: "round-trip min/avg/max = a/b/c ms" (thombashi/pingparsing test captures).
 _RTT_SUMMARY = re.compile(r"(?:rtt|round-trip) min/avg/max(?:/\w+)? = ([0-9.]+)/([0-9.]+)/([0-9.]+)")
@@ -73,13 +79,16 @@ def percentile(values: tuple[float, ...], q: float) -> float:
 
 def parse(stdout: str) -> PingMeasurement:
     main, _, mtu_part = stdout.partition(_MTU_MARK)
-    summary = _SUMMARY.search(main) or _SUMMARY_ANY.search(main)
+    windows = None
+    summary = _SUMMARY.search(main) or _SUMMARY_ANY.search(main) or (windows := _SUMMARY_WINDOWS.search(main))
     if summary is None:
         raise ParseError("no 'packets transmitted' summary line (ping missing or killed?)")
     sent, received = int(summary.group(1)), int(summary.group(2))
     rtts = tuple(float(x) for x in _RTT.findall(main))
     if not rtts:
         rtts = tuple(float(x.replace(",", ".")) for x in _RTT_ANY.findall(main))
+    if windows is not None:
+        received = min(received, len(rtts))  # ICMP errors are counted as Received there
     if not rtts and received and (agg := _RTT_SUMMARY.search(main)):
         # `ping -q` prints no per-reply lines, only the summary: min/avg/max stand in for the
         # samples, so p50 reads the average and p99 the maximum (never better than measured)
