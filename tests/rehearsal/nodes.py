@@ -49,6 +49,49 @@ from tests.rehearsal.mirror import MirrorServer, MirrorTree, SigningKey
 from tests.rehearsal.root import RootImage
 
 LOGIN_USER = "ubuntu"
+# The host kernel may lack the Yama LSM (this one does: no /proc/sys/kernel/yama), and a
+# container's /proc/sys is read-only and the host's. For kernel.yama.ptrace_scope only, this
+# stand-in keeps the node's own value as the kernel and systemd-sysctl would: a runtime write
+# lives until reboot (/run), at boot the last /etc/sysctl.d file naming the key wins (Ubuntu
+# ships 10-ptrace.conf with 1). Every other key goes to the real sysctl.
+YAMA_SYSCTL = r"""#!/usr/bin/python3
+import glob, os, sys
+KEY, RUNTIME = "kernel.yama.ptrace_scope", "/run/gpuforge-rehearsal-yama/ptrace_scope"
+args = [a for a in sys.argv[1:] if a not in ("-q", "-n", "-w")]
+if len(args) != 1 or not args[0].startswith(KEY):
+    os.execv("/usr/sbin/sysctl", ["/usr/sbin/sysctl", *sys.argv[1:]])
+def boot_value():
+    value = "1"
+    for f in sorted(glob.glob("/etc/sysctl.d/*.conf"), key=os.path.basename):
+        for line in open(f):
+            k, _, v = line.partition("=")
+            if k.strip() == KEY:
+                value = v.strip()
+    return value
+if "=" in args[0]:
+    os.makedirs(os.path.dirname(RUNTIME), exist_ok=True)
+    open(RUNTIME, "w").write(args[0].split("=", 1)[1].strip())
+    sys.exit(0)
+value = open(RUNTIME).read() if os.path.exists(RUNTIME) else boot_value()
+print(value if "-n" in sys.argv else f"{KEY} = {value}")
+"""
+# A fresh Ubuntu instance runs apt-daily-upgrade/unattended-upgrades at boot, which holds the
+# dpkg and apt locks while cloud-init runs user data (canonical/cloud-init#2908). The rehearsal's
+# stand-in takes the same fcntl write locks apt takes (apt-pkg/contrib/fileutl.cc GetLock:
+# F_SETLK, F_WRLCK) before cloud-final starts, and keeps them for the given seconds.
+HOLD_LOCKS = """#!/usr/bin/python3
+import fcntl, os, sys, time
+locks = ["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock"]
+fds = [os.open(p, os.O_RDWR | os.O_CREAT, 0o640) for p in locks]
+r, w = os.pipe()
+if os.fork():
+    os.read(r, 1)  # the parent returns (Type=forking) once the child holds every lock
+    sys.exit(0)
+for fd in fds:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+os.write(w, b"x")
+time.sleep(float(sys.argv[1]))
+"""
 STATUS = "var/lib/gpuforge/bootstrap-status.json"
 CLOUD_CFG = {
     # Ubuntu's cloud.cfg (cloud-init config/cloud.cfg.tmpl, variant ubuntu): the default user.
@@ -298,6 +341,23 @@ class Rehearsal:
         dropin.write_text("# a container may not set the host's clock: run without clock control\n"
                           "[Unit]\nConditionCapability=\n")  # fmt: skip
         (root / "etc/default/chrony").write_text('DAEMON_OPTS="-F 1 -x"\n')
+        if hold := node.hardware.get("dpkg_lock_at_boot_s"):
+            script = root / "usr/local/sbin/gpuforge-rehearsal-unattended-upgrades"
+            script.write_text(HOLD_LOCKS)
+            script.chmod(0o755)
+            unit_file = root / "etc/systemd/system/gpuforge-rehearsal-unattended-upgrades.service"
+            unit_file.write_text("[Unit]\nDescription=stand-in for unattended-upgrades at first boot (dpkg/apt locks)\n"
+                            "Before=cloud-final.service\n\n"
+                            f"[Service]\nType=forking\nExecStart=/{script.relative_to(root)} {hold}\n\n"
+                            "[Install]\nWantedBy=multi-user.target\n")  # fmt: skip
+            wants_link = root / "etc/systemd/system/multi-user.target.wants" / unit_file.name
+            wants_link.parent.mkdir(parents=True, exist_ok=True)
+            wants_link.symlink_to(f"/etc/systemd/system/{unit_file.name}")
+        if not Path("/proc/sys/kernel/yama/ptrace_scope").exists():
+            yama = root / "usr/local/sbin/sysctl"
+            yama.write_text(YAMA_SYSCTL)
+            yama.chmod(0o755)
+        (root / "etc/sysctl.d/10-ptrace.conf").write_text("kernel.yama.ptrace_scope = 1\n")  # as Ubuntu's procps ships it
         # The archive's signing key, trusted as an Ubuntu AMI trusts Ubuntu's (ubuntu-keyring).
         keyring = root / "etc/apt/trusted.gpg.d/gpuforge-rehearsal-archive.gpg"
         keyring.write_bytes(self.archive_key.binary())

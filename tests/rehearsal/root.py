@@ -22,11 +22,12 @@ from pathlib import Path
 SUITE = "bookworm"
 REGISTRY = "http://deb.debian.org/debian"
 # What the Ubuntu cloud image ships (and the rehearsal needs to boot: systemd, dbus, cloud-init,
-# sshd). e2fsprogs is one: a first rehearsal without it died in the scratch phase (mkfs.ext4).
+# sshd). e2fsprogs and initramfs-tools are two: rehearsals without them died in the scratch
+# phase (mkfs.ext4) and in the driver phase (update-initramfs after blacklisting nouveau).
 ROOT_PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "cloud-init", "openssh-server", "sudo", "curl", "ca-certificates",
     "python3", "gnupg", "iproute2", "chrony", "mdadm", "nvme-cli", "pciutils", "kmod", "netbase", "iputils-ping",
-    "less", "e2fsprogs", "procps", "xz-utils", "bzip2", "lsb-release", "psmisc",
+    "less", "e2fsprogs", "procps", "xz-utils", "bzip2", "lsb-release", "psmisc", "initramfs-tools",
 )  # fmt: skip
 # Installed by the node from the mirror: bootstrap/plan.py BASE_PACKAGES that the image lacks,
 # the tools phase's iperf3, aws-ofi-nccl's hwloc headers, and the EFA installer's apt dependencies

@@ -20,6 +20,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 SCENARIOS = {"A100-80GB": "a100-nvswitch", "A100": "a100-nvswitch", "V100-32GB": "v100-mesh", "V100": "v100-mesh",
              "H100": "h100-590"}  # fmt: skip
 DATA_VOLUME_ID = "vol-0123456789abcdef0"
+ACCOUNT_ID = "123456789012"
 
 
 @dataclass
@@ -50,10 +51,12 @@ def hardware(cfg: StackConfig) -> dict[str, Any]:
 
 
 def boot_stack(r: Rehearsal, stack: str, name: str, instance_type: str | None = None, *,
-               broken_driver: bool = False, timeout: float = 1200) -> Booted:  # fmt: skip
+               broken_driver: bool = False, dpkg_lock_s: float = 0, timeout: float = 1200) -> Booted:  # fmt: skip
     """Boot one node with the launch template's user data (its name comes from the Name tag in
     the metadata service, as for Auto Scaling nodes) and wait for the first bootstrap run."""
     cfg = stack_config(r, stack, instance_type, broken_driver=broken_driver)
-    rendered = stack_user_data(cfg, None, versions=r.pins)
-    node = r.boot(name, rendered.user_data, hardware=hardware(cfg), tags={"Name": name, "stack": stack})
+    # account_id: spot stacks name their checkpoint bucket with it (the deployment's account)
+    rendered = stack_user_data(cfg, None, account_id=ACCOUNT_ID, versions=r.pins)
+    hw = hardware(cfg) | ({"dpkg_lock_at_boot_s": dpkg_lock_s} if dpkg_lock_s else {})
+    node = r.boot(name, rendered.user_data, hardware=hw, tags={"Name": name, "stack": stack})
     return Booted(node, cfg, r.wait_bootstrap(node, timeout=timeout))

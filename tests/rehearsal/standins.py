@@ -325,6 +325,15 @@ elif cmd == "tag":
         sys.exit(1)
     images[dst] = dict(images[src], RepoTags=[dst])
     save()
+elif cmd == "run":
+    # `--pull never` with an image that is not local fails as docker does; a local image would
+    # run, which the rehearsal cannot do (no container runtime): say so.
+    image = next((a for a in args[1:] if ":" in a and "/" in a and not a.startswith(("-", "/"))), "")
+    if "--pull" in args and args[args.index("--pull") + 1] == "never" and image not in images:
+        print(f"docker: Error response from daemon: No such image: {image}.", file=sys.stderr)
+        sys.exit(125)
+    print(f"docker stand-in: would run {image} (no container runtime in the rehearsal)", file=sys.stderr)
+    sys.exit(1)
 elif cmd in ("login", "logout"):
     sys.stdin.read() if "--password-stdin" in args else None
     print("Login Succeeded" if cmd == "login" else "Removing login credentials")

@@ -11,6 +11,7 @@ two disks need (tests/rehearsal/README.md; bench/rehearsal.py rehearses the refe
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tests.rehearsal.stacks import Booted, boot_stack
 pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]
 STACK, SHAPE = "risk-sim", "p5.4xlarge"
 CHECKS = "bootstrap.status,efa.provider,system"
+LOCK_S = 40  # longer than boot-to-bootstrap on a loaded machine (about 10 s measured)
 
 
 def _why_not() -> str | None:
@@ -46,7 +48,8 @@ def rehearsal() -> Iterator[Rehearsal]:
 
 @pytest.fixture(scope="module")
 def healthy(rehearsal: Rehearsal) -> Booted:
-    return boot_stack(rehearsal, STACK, "risk-1", SHAPE)
+    # unattended-upgrades' stand-in holds the dpkg/apt locks for the first LOCK_S seconds of boot
+    return boot_stack(rehearsal, STACK, "risk-1", SHAPE, dpkg_lock_s=LOCK_S)
 
 
 def _failed_phase(status: dict) -> tuple[str | None, str]:
@@ -81,6 +84,14 @@ def test_first_boot_runs_every_phase_from_the_mirror(rehearsal: Rehearsal, healt
         assert wanted in got, f"{wanted} not fetched from the mirror"
     assert rehearsal.imds is not None
     assert any(m == "PUT" and s == 200 for c, m, _, s in rehearsal.imds.requests if c == healthy.node.ip)
+
+
+def test_bootstrap_waits_for_the_dpkg_lock_held_at_boot(healthy: Booted) -> None:
+    """Finding 3: apt-get exits 100 at once while unattended-upgrades holds the lock; the
+    bootstrap must wait. The log shows that the lock was held when the bootstrap wanted it."""
+    first_run = healthy.node.log().split("] bootstrap run 2 ", 1)[0]
+    assert "waiting for /var/lib/dpkg/lock-frontend by pid" in first_run, "the lock was not held when apt ran"
+    assert healthy.status["state"] == "succeeded", _failed_phase(healthy.status)
 
 
 def test_login_user_reads_the_status_in_a_non_login_session(rehearsal: Rehearsal, healthy: Booted) -> None:
@@ -152,3 +163,23 @@ def test_a_failed_driver_install_names_the_phase_and_validate_fails_the_node(
         pytest.xfail("finding 5: validate, as the login user, cannot read the status file (0750)")
     assert code == 1
     assert status["level"] == "error" and "bootstrap failed in phase 'driver'" in status["message"]
+
+
+def test_spot_notice_from_imds_runs_the_checkpoint_once(rehearsal: Rehearsal) -> None:
+    """A spot stack's node: the watcher polls spot/instance-action with IMDSv2 tokens; when the
+    stand-in IMDS starts answering, it runs the checkpoint command once, with the image it
+    pre-pulled through the registry mirror (`docker run --pull never` finds it locally)."""
+    spot = boot_stack(rehearsal, "vision-cv-training", "spot-1", SHAPE)
+    assert spot.status["state"] == "succeeded", _failed_phase(spot.status)
+    assert rehearsal.imds is not None
+    polled = [s for c, m, p, s in rehearsal.imds.requests if c == spot.node.ip and p.endswith("spot/instance-action")]
+    assert polled and set(polled) == {404}, "the watcher polls, and there is no notice yet"
+    rehearsal.set_spot_notice(spot.node)
+    end = time.monotonic() + 120
+    while "running the checkpoint command" not in spot.node.log() and time.monotonic() < end:
+        time.sleep(2)
+    log = spot.node.log()
+    assert log.count("spot interruption notice") == 1, log[-1500:]
+    assert "would run public.ecr.aws/aws-cli/aws-cli:" in log, "the checkpoint image was not pre-pulled"
+    time.sleep(12)  # two more poll intervals: the done-flag stops the watcher
+    assert spot.node.log().count("spot interruption notice") == 1
