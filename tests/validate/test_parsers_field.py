@@ -8,8 +8,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from common.results import Level
 from tests.validate.gpu_fixtures import fixture
+from validate.checks import ParseError
 from validate.gpu.nvlink import NvlinkCheck, parse_nvlink
 from validate.gpu.topology import TopologyCheck, parse_topo
 from validate.gpu.xid import MARK as XID_MARK
@@ -190,3 +193,20 @@ def test_smi_q_of_one_selected_gpu_is_not_a_truncated_output():
     assert levels == {"gpu.ecc": Level.PASS, "gpu.remap": Level.PASS, "gpu.throttle": Level.PASS}
     cut = "".join(lines[: second // 2])
     assert GpuHealthCheck().run_on_output("n1", cut, P4DE)[0].level is Level.UNKNOWN
+
+
+# --- corpus helper: captures the parsers did not read (tests/validate/corpus/SOURCES.md) -------
+
+
+def test_iperf_json_stream_error_is_read_as_the_error_it_reports():
+    m = iperf.parse(corpus("iperf3/omnt-34_json-stream_server_busy.jsonl"))
+    assert m.error == "the server is busy running a test. try again later"
+    assert iperf.evaluate("a", "b", m, 1.0, "test").level is Level.ERROR
+
+
+def test_iperf_json_stream_needs_every_line_to_be_an_event():
+    # a truncated -J document or a text report mixed in is not a stream: still a parse error
+    stream = corpus("iperf3/omnt-34_json-stream_server_busy.jsonl")
+    for text in (stream + "iperf3: interrupt - the client has terminated\n", '{"event":"end"}\n', "{}\n{}\n"):
+        with pytest.raises(ParseError):
+            iperf.parse(text)

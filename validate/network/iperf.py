@@ -56,7 +56,9 @@ def parse(stdout: str) -> IperfMeasurement:
     try:
         doc = json.loads(text, object_pairs_hook=_keep_duplicates)
     except json.JSONDecodeError as exc:
-        raise ParseError(f"not iperf3 JSON ({exc.msg} at char {exc.pos}); truncated?") from None
+        doc = _json_stream(text)
+        if doc is None:
+            raise ParseError(f"not iperf3 JSON ({exc.msg} at char {exc.pos}); truncated?") from None
     if not isinstance(doc, dict):
         raise ParseError("iperf3 JSON is not an object")
     start = doc.get("start") if isinstance(doc.get("start"), dict) else {}
@@ -75,6 +77,27 @@ def parse(stdout: str) -> IperfMeasurement:
     test = start.get("test_start", {}) if isinstance(start, dict) else {}
     streams = test.get("num_streams") if isinstance(test, dict) else None
     return IperfMeasurement(fwd, rev, int(retr) if isinstance(retr, (int, float)) else None, streams, version, None)
+
+
+def _json_stream(text: str) -> dict[str, Any] | None:
+    """The `-J` document rebuilt from `--json-stream` output (iperf3 3.17+), or None if it is not.
+
+    One object per line, `{"event": "start"|"interval"|"end"|"error", "data": ...}` (esnet/iperf
+    src/iperf_api.c, JSON_STREAM; a published capture: omnt/OpenMobileNetworkToolkit#34,
+    tests/validate/corpus/iperf3/). Every line must be such an event, or this is not the format.
+    """
+    doc: dict[str, Any] = {}
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for line in lines:
+        try:
+            event = json.loads(line, object_pairs_hook=_keep_duplicates)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str) or "data" not in event:
+            return None
+        if event["event"] in ("start", "end", "error"):
+            doc[event["event"]] = event["data"]
+    return doc if lines else None
 
 
 def _keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
