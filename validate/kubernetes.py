@@ -20,7 +20,10 @@ NODES = "k8s.gpu-nodes"
 PLUGIN = "k8s.device-plugin"
 SMI_POD = "k8s.gpu-pod"
 SMI_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"  # smallest CUDA image with nvidia-smi mounted in
-_SMI_GPU_LINE = re.compile(r"^\|\s+\d+\s+(?P<name>.+?)\s{2,}(?:On|Off)\s+\|", re.MULTILINE)
+# The GPU row of nvidia-smi's default table: index, name, then Persistence-M (On/Off) on Linux or
+# the driver model (WDDM/TCC) on Windows and WSL-less Windows captures (nvidia_gpu_exporter's
+# windows-x86_64 610.62 capture, tests/validate/corpus/smi_table/).
+_SMI_GPU_LINE = re.compile(r"^\|\s+\d+\s+(?P<name>[^|]+?)\s{2,}(?:On|Off|WDDM|TCC|MCDM)\s+\|", re.MULTILINE)
 
 
 @dataclass(frozen=True)

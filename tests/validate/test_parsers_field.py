@@ -210,3 +210,17 @@ def test_iperf_json_stream_needs_every_line_to_be_an_event():
     for text in (stream + "iperf3: interrupt - the client has terminated\n", '{"event":"end"}\n', "{}\n{}\n"):
         with pytest.raises(ParseError):
             iperf.parse(text)
+
+
+def test_smi_table_gpu_names_from_every_driver_generation_in_the_corpus():
+    from validate.kubernetes import parse_smi_gpus
+
+    names = {
+        "smi_table/exporter_windows_rtx-2080-super_610.62.txt": ["NVIDIA GeForce RTX 2080 ..."],  # WDDM column
+        "smi_table/cs259_rtx3070_wsl_530.47.txt": ["NVIDIA GeForce RTX 3070"],
+        "smi_table/nvml_fix-11_gtx1070_396.24.txt": ["GeForce GTX 1070"],
+        "smi_table/exporter_linux_h100-mig_590.48.01.txt": ["NVIDIA H100 80GB HBM3"],  # not the MIG rows
+        "smi_table/thamada_h100-sxm_8gpu.txt": ["NVIDIA H100 80GB HBM3"] * 8,
+    }
+    for path, want in names.items():
+        assert parse_smi_gpus(corpus(path)) == want, path

@@ -28,6 +28,7 @@ from validate.gpu.topology import TopologyCheck
 from validate.gpu.xid import GREP as XID_GREP
 from validate.gpu.xid import MARK as XID_MARK
 from validate.gpu.xid import XidScanCheck
+from validate.kubernetes import KubernetesExpect, evaluate_smi_pod
 from validate.nccl import evaluate_nccl, parse_nccl
 from validate.network import iperf, ping
 from validate.thresholds import build_expectations
@@ -102,6 +103,12 @@ def _ping(e: Entry) -> list[CheckResult]:
     return ping.evaluate("a", "b", m, e.args.get("p99_ms"), e.args.get("mtu"))
 
 
+def _smi_table(e: Entry) -> list[CheckResult]:
+    # the Kubernetes check's one-GPU pod runs plain `nvidia-smi`; its log is judged as it comes
+    expect = KubernetesExpect(gpu_nodes=1, advertised_per_node={}, gpu_model=e.args.get("gpu_model"))
+    return [evaluate_smi_pod(str(e.args.get("phase", "Succeeded")), e.text(), NODE, expect)]
+
+
 TOOLS: dict[str, Callable[[Entry], list[CheckResult]]] = {
     "smi_csv": _node_check(GpuInventoryCheck),
     "smi_q": _node_check(GpuHealthCheck),
@@ -113,6 +120,7 @@ TOOLS: dict[str, Callable[[Entry], list[CheckResult]]] = {
     "ping": _ping,
     "fi_info": _fi_info,
     "bootstrap": _node_check(BootstrapStatusCheck),
+    "smi_table": _smi_table,
 }
 
 
