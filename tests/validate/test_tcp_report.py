@@ -10,6 +10,7 @@ slow fabric; what this test checks is what the report judges against and says.
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,33 @@ def test_the_text_report_prints_the_ceiling_and_the_nccl_note(capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "TCP ceiling judged against: 8 flows x 10 Gbit/s in a cluster placement group = 80 Gbit/s" in out
     assert "floor 40 Gbit/s per direction" in out and "NCCL over EFA" in out
+
+
+class BarrierTransport(ReplayTransport):
+    """Every iperf3 client of a round waits until all of them are running (bounded): a round
+    that runs fewer pairs at once than it has breaks the barrier and the run fails."""
+
+    def __init__(self, pairs: int) -> None:
+        super().__init__()
+        self.barrier = threading.Barrier(pairs, timeout=20)
+        self.broken = False
+
+    def run(self, node: Node, command: str, timeout_s: float) -> CommandResult:
+        if "iperf3 -c" in command and not self.broken:
+            try:
+                self.barrier.wait()
+            except threading.BrokenBarrierError:
+                self.broken = True
+        return super().run(node, command, timeout_s)
+
+
+def test_a_round_runs_all_its_pairs_at_once_whatever_the_workers() -> None:
+    """Issue 12 item 5: a round's pairs are disjoint, so all of them run at once; before, at most
+    --workers did (512 pairs = 16 sub-rounds at 32 workers)."""
+    nodes = [{"name": f"n{i:02d}", "host": f"10.0.0.{i}"} for i in range(1, 33)]
+    inv = Inventory.model_validate({"nodes": nodes})
+    transport = BarrierTransport(16)  # 32 nodes: 16 pairs per ring round
+    expect = Expectations(link_gbps=0.1, sources={"link_gbps": "inventory"})
+    res = Runner(inv, transport, [], lambda n: expect, options=RunOptions(max_workers=2)).run()
+    assert not transport.broken and len(transport.clients) == 32  # two ring rounds of 16
+    assert res.verdict is not None and res.verdict.kind == "healthy"
