@@ -29,6 +29,11 @@ CONTAINER_TOOLKIT_PACKAGES = (
     "nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1",
 )  # fmt: skip
 DISTRO = {"ubuntu-22.04": "ubuntu2204", "ubuntu-24.04": "ubuntu2404"}
+# GPU families the driver branches after R580 no longer drive. The Deep Learning Base OSS Nvidia
+# Driver AMIs carry R595 (595.91.07 in the Ubuntu 22.04 and 24.04 releases of 2026-09; DLAMI
+# release notes), so `driverPreinstalled` cannot serve them; AWS keeps P3 on a separate
+# proprietary-driver AMI (570.195.03, DLAMI release notes, Amazon Linux 2, 2026-01-02).
+PRE_R590_ONLY = frozenset({"V100"})
 
 
 class BootstrapError(GpuforgeError):
@@ -141,6 +146,12 @@ def plan_node(
         raise BootstrapError(
             f"profile {profile.name}: bootstrap.container_image {image!r} is not pinned in bootstrap/versions.yaml",
             f"add it under ngc_images (with source and date) or use one of {', '.join(v.ngc_images)}",
+        )
+    if cfg.driver_preinstalled and load_catalog().gpus[inst.gpu_model].family in PRE_R590_ONLY:
+        raise BootstrapError(
+            f"gpuforge:driverPreinstalled is true, but {inst.name} has {inst.gpu_model} GPUs: current Deep Learning AMIs "
+            "ship an R595 driver, and drivers after R580 do not support Volta",
+            "set gpuforge:driverPreinstalled to false (the bootstrap installs the pinned driver, which supports V100)",
         )
     mig = profile.sharing.mig_layout if profile.sharing.mode == "mig" else ()
     if mig:

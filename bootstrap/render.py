@@ -89,7 +89,7 @@ def render_user_data(
     (components.monitoring.agent_config: the metrics the idle-GPU alarm reads); None installs no agent."""
     if node_name is not None and not _HOSTNAME.fullmatch(node_name):
         raise BootstrapError(f"node name {node_name!r} is not a valid hostname", "use lowercase letters, digits, '-'")
-    v = versions or load_versions()
+    v = (versions or load_versions()).for_os(cfg.os)
     plan = plan_node(
         cfg,
         node_name,

@@ -119,6 +119,14 @@ class Slurm(_Pin):
         return {"ubuntu-22.04": self.ubuntu_2204, "ubuntu-24.04": self.ubuntu_2404}[os_name]
 
 
+class OsPins(BaseModel):
+    """Pins that differ on one base image (replace the top-level pin of the same name there)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    nvidia_driver: Driver | None = None
+    efa_installer: Download | None = None
+
+
 class Versions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     schema_: int = Field(alias="schema")
@@ -139,6 +147,14 @@ class Versions(BaseModel):
     ngc_images: dict[str, NgcImage]
     nvidia_smi_names: dict[str, str]
     nvidia_smi_names_source: str
+    os_overrides: dict[str, OsPins] = Field(default_factory=dict)
+
+    def for_os(self, os_name: str) -> Versions:
+        """The pins a node of this base image gets: the top-level ones, with its overrides."""
+        over = self.os_overrides.get(os_name)
+        if over is None:
+            return self
+        return self.model_copy(update={k: val for k in ("nvidia_driver", "efa_installer") if (val := getattr(over, k))})
 
 
 class VersionsError(GpuforgeError):

@@ -53,6 +53,9 @@ def efa_run(stack_cfg: dict[str, StackConfig], tmp_path_factory: pytest.TempPath
     """One bootstrap run of an EFA node (cv-training), shared by the tests that read its result."""
     sb = Sandbox(tmp_path_factory.mktemp("efa"), stack_cfg["cv-training"], "n1")
     assert not (sb.bin / "fi_info").exists(), "no fi_info on PATH, as under cloud-init"
+    # Ubuntu's default (/etc/sysctl.d/10-ptrace.conf), as the kernel shows it.
+    (sb.root / "proc/sys/kernel/yama").mkdir(parents=True)
+    (sb.root / "proc/sys/kernel/yama/ptrace_scope").write_text("1\n")
     r = sb.run()
     assert r.returncode == 0, sb.log()[-3000:]
     return sb
@@ -244,7 +247,7 @@ def test_every_apt_get_of_a_run_waits_for_the_dpkg_lock(efa_run: Sandbox) -> Non
 def test_efa_node_allows_ptrace_between_ranks(efa_run: Sandbox, stack_cfg: dict[str, StackConfig]) -> None:
     conf = (efa_run.root / "etc/sysctl.d/90-gpuforge-efa-ptrace.conf").read_text()
     assert conf.strip() == "kernel.yama.ptrace_scope = 0"
-    assert ["sysctl", "-q", "-w", "kernel.yama.ptrace_scope=0"] in efa_run.calls()
+    assert (efa_run.root / "proc/sys/kernel/yama/ptrace_scope").read_text().strip() == "0"
     # The name sorts after Ubuntu's 10-ptrace.conf, so `sysctl --system` at every boot ends with 0.
     # A node without EFA keeps Ubuntu's default.
     assert "ptrace" not in render_text(stack_cfg["nlp-inference"])
@@ -298,3 +301,35 @@ def test_kernel_is_held_with_the_pinned_driver(stack_cfg: dict[str, StackConfig]
     (pre.state / "dpkg" / "linux-aws").write_text("6.8.0.1030.31\n")
     assert pre.run().returncode == 0, pre.log()[-2000:]
     assert "linux-aws" not in (pre.state / "held").read_text().split(), "the AMI's driver: the AMI's kernel policy"
+
+
+def test_preinstalled_driver_is_refused_for_volta(stack_cfg: dict[str, StackConfig]) -> None:
+    from bootstrap.plan import BootstrapError
+    from bootstrap.render import render_user_data
+
+    cfg = stack_cfg["risk-sim"].model_copy(update={"driver_preinstalled": True})
+    assert cfg.instance.gpu_model.startswith("V100")
+    with pytest.raises(BootstrapError) as exc:
+        render_user_data(cfg, "n1")
+    assert "driverPreinstalled" in str(exc.value) and "V100" in str(exc.value)
+    # The pinned driver path still serves V100, and the AMI path still serves Ampere.
+    render_user_data(stack_cfg["risk-sim"], "n1")
+    render_user_data(stack_cfg["cv-training"].model_copy(update={"driver_preinstalled": True}), "n1")
+
+
+def test_dlami_instance_store_is_bound_not_rebuilt(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    """A Deep Learning AMI has already put the instance store under /opt/dlami/nvme: scratch
+    becomes a bind mount of it; no second RAID over disks that are in use."""
+    cfg = stack_cfg["cv-training"].model_copy(update={"driver_preinstalled": True})
+    sb = Sandbox(tmp_path, cfg, "n1")
+    (sb.state / "driver-version").write_text("570.86.15\n")
+    (sb.state / "fm-version").write_text("570.86.15\n")
+    (sb.state / "mounts").mkdir(parents=True, exist_ok=True)
+    (sb.state / "mounts" / "_opt_dlami_nvme").touch()
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    mnt = cfg.profile.storage.scratch_mount
+    fstab = (sb.root / "etc/fstab").read_text()
+    assert f"/opt/dlami/nvme {mnt} none bind,nofail,x-systemd.requires-mounts-for=/opt/dlami/nvme 0 0" in fstab
+    assert not [c for c in sb.calls() if c[:2] == ["mdadm", "--create"] or c[0] == "mkfs.ext4"]
+    assert sb.run().returncode == 0
+    assert next(p for p in sb.status()["phases"] if p["name"] == "scratch")["changed"] is False

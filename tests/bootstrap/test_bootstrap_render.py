@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -77,6 +78,12 @@ def test_24_04_gets_its_own_cuda_row(stack_cfg: dict[str, StackConfig]) -> None:
     row = v.cuda.for_os("ubuntu-24.04")
     assert f"{row.package}={row.version}" in cuda and f"libnccl2={row.nccl}" in cuda
     assert "repos/ubuntu2404/x86_64/" in files["opt/gpuforge/phases/driver.sh"]
+    # ... and its own driver and EFA installer (versions.yaml os_overrides), also in what validate expects.
+    noble = v.for_os("ubuntu-24.04")
+    assert f"cuda-drivers-580={noble.nvidia_driver.deb_version}" in files["opt/gpuforge/phases/driver.sh"]
+    assert f"aws-efa-installer-{noble.efa_installer.version}.tar.gz" in files["opt/gpuforge/phases/efa.sh"]
+    expected = json.loads(files["etc/gpuforge/expected.json"])["versions"]
+    assert (expected["driver"], expected["efa_installer"]) == (noble.nvidia_driver.version, noble.efa_installer.version)
 
 
 def test_oversized_user_data_is_refused_naming_the_size(stack_cfg: dict[str, StackConfig]) -> None:

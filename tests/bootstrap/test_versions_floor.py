@@ -16,3 +16,17 @@ def _upstream(deb_version: str) -> tuple[int, ...]:
 def test_container_toolkit_is_past_the_2025_cves() -> None:
     got = _upstream(load_versions().nvidia_container_toolkit.version)
     assert got >= CONTAINER_TOOLKIT_FLOOR, f"nvidia-container-toolkit {got} is exposed to CVE-2025-23266 (fixed in 1.17.8)"
+
+
+def test_24_04_pins_build_on_current_noble_kernels() -> None:
+    """Ubuntu 24.04's kernel is 7.0 by 2026-09 (DLAMI release notes). The driver must be an R580
+    (the last branch with Volta) at or after 580.159.04, whose notes fix the build on 7.1 (earlier
+    580.x fail on 6.17/7.0/7.1: versions.yaml names the reports); the EFA installer the one the
+    24.04 DLAMI runs on 7.0. The 22.04 row keeps its own pins."""
+    v = load_versions()
+    noble = v.for_os("ubuntu-24.04")
+    assert noble.nvidia_driver.branch == "580"
+    assert _upstream(noble.nvidia_driver.version) >= (580, 159, 4)
+    assert _upstream(noble.efa_installer.version) >= (1, 50, 0)
+    jammy = v.for_os("ubuntu-22.04")
+    assert (jammy.nvidia_driver, jammy.efa_installer) == (v.nvidia_driver, v.efa_installer)

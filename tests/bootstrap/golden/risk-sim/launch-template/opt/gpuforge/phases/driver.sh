@@ -21,7 +21,9 @@ Pin-Priority: 500"
 # aws-parallelcluster-cookbook resources/nvidia_driver/partial/_nvidia_driver_common.rb @ 960ff9f8).
 if [ "$(cat "$R/etc/modprobe.d/blacklist-nouveau.conf" 2>/dev/null)" != $'blacklist nouveau\noptions nouveau modeset=0' ]; then
   put "$R/etc/modprobe.d/blacklist-nouveau.conf" $'blacklist nouveau\noptions nouveau modeset=0'
-  update-initramfs -u  # nouveau may sit in the initramfs and load before the blacklist is read
+  # nouveau may sit in the initramfs and load before the blacklist is read. Ubuntu builds its
+  # initramfs with initramfs-tools; a root without it has no initramfs of that kind to rebuild.
+  if command -v update-initramfs >/dev/null; then update-initramfs -u; else log "no update-initramfs: no initramfs to rebuild"; fi
 fi
 if grep -q '^nouveau ' "$R/proc/modules" 2>/dev/null; then
   modprobe -r nouveau || die "nouveau is loaded and in use: blacklisted now, reboot the node to continue"
