@@ -57,19 +57,8 @@ def _failed_phase(status: dict) -> tuple[str | None, str]:
     return err.get("phase"), str(err.get("message"))
 
 
-def _xfail_known(status: dict) -> None:
-    """Failures of the issue's findings 1-6 (helper boot-fixes fixes them in the templates):
-    named here by their exact symptom, so anything else fails the test."""
-    phase, msg = _failed_phase(status)
-    if phase == "efa" and "libfabric has no efa provider" in msg:
-        pytest.xfail("finding 1: fi_info is only on login shells' PATH (/etc/profile.d/efa.sh)")
-    if phase == "efa" and "hwloc" in msg:
-        pytest.xfail("finding 2: aws-ofi-nccl's configure needs hwloc headers (libhwloc-dev)")
-
-
 def test_first_boot_runs_every_phase_from_the_mirror(rehearsal: Rehearsal, healthy: Booted) -> None:
     status = healthy.status
-    _xfail_known(status)
     assert status["state"] == "succeeded", _failed_phase(status)
     assert {p["state"] for p in status["phases"]} == {"succeeded"}
     assert status["node"] == "risk-1", "the name comes from the Name tag, read from IMDSv2"
@@ -95,11 +84,38 @@ def test_bootstrap_waits_for_the_dpkg_lock_held_at_boot(healthy: Booted) -> None
 
 
 def test_login_user_reads_the_status_in_a_non_login_session(rehearsal: Rehearsal, healthy: Booted) -> None:
+    """Finding 5: the state directory was 0750; the login user (no sudo) must read the status."""
     res = rehearsal.ssh(healthy.node, "cat /var/lib/gpuforge/bootstrap-status.json")
-    if "Permission denied" in res.stderr:
-        pytest.xfail("finding 5: /var/lib/gpuforge is 0750, the login user cannot read the status file")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["run"] >= 1
+
+
+def test_efa_tools_and_libraries_in_a_non_login_session(rehearsal: Rehearsal, healthy: Booted) -> None:
+    """Finding 1: the EFA installer stand-in puts fi_info only under /opt/amazon/efa/bin and on PATH
+    only through /etc/profile.d/efa.sh; the efa phase still ran under cloud-init, and the login
+    user's non-login SSH session (what validate runs) finds fi_info, nccl-tests and the plugin."""
+    res = rehearsal.ssh(
+        healthy.node,
+        'echo "PATH=$PATH"; command -v fi_info; readlink -f "$(command -v fi_info)"; command -v all_reduce_perf; '
+        "/sbin/ldconfig -p | grep -c 'libnccl-net.so '",
+    )
+    assert res.returncode == 0, res.stderr
+    path, fi, fi_real, perf, plugin = res.stdout.splitlines()
+    assert "/opt/amazon/efa/bin" not in path, "not found through a login shell's profile.d"
+    assert (fi, fi_real) == ("/usr/local/bin/fi_info", "/opt/amazon/efa/bin/fi_info")
+    assert perf == "/usr/local/bin/all_reduce_perf"
+    assert int(plugin) >= 1, "the NCCL plugin is in the dynamic linker's cache (ld.so.conf.d)"
+
+
+def test_nccl_environment_survives_a_shell(rehearsal: Rehearsal, healthy: Booted) -> None:
+    """Finding 4: sourcing the profile.d script leaves NCCL_NET set to the plugin's name (the old
+    env-file-as-script ran a command named `Libfabric` and left it unset), with no LD_LIBRARY_PATH."""
+    show = "printf '%s|%s' \"$NCCL_NET\" \"${LD_LIBRARY_PATH-unset}\""
+    res = rehearsal.ssh(healthy.node, f". /etc/profile.d/gpuforge-nccl.sh && {show}")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "AWS Libfabric|unset", res.stdout
+    env = rehearsal.ssh(healthy.node, "cat /etc/gpuforge/nccl.env").stdout.splitlines()
+    assert "NCCL_NET=AWS Libfabric" in env and not [ln for ln in env if ln.startswith("LD_LIBRARY_PATH=")]
 
 
 def _validate(r: Rehearsal, booted: Booted, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict]]:
@@ -117,14 +133,9 @@ def _validate(r: Rehearsal, booted: Booted, tmp: Path, capsys: pytest.CaptureFix
 def test_validate_passes_the_healthy_node_over_ssh(
     rehearsal: Rehearsal, healthy: Booted, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _xfail_known(healthy.status)
     code, results = _validate(rehearsal, healthy, tmp_path, capsys)
     by_check = {r["check"]: r for r in results}
     status = by_check["bootstrap.status"]
-    if "no /var/lib/gpuforge/bootstrap-status.json" in status["message"]:
-        pytest.xfail("finding 5: validate, as the login user, cannot read the status file (0750)")
-    if by_check["efa.provider"]["level"] != "pass" and "not-installed" in json.dumps(by_check["efa.provider"]):
-        pytest.xfail("finding 1: fi_info is not on the PATH of validate's non-login SSH session")
     assert code == 0, [(r["check"], r["level"], r["message"]) for r in results if r["level"] != "pass"]
     assert status["level"] == "pass" and by_check["efa.provider"]["level"] == "pass"
 
@@ -132,7 +143,6 @@ def test_validate_passes_the_healthy_node_over_ssh(
 def test_a_reboot_is_a_no_op_for_bootstrap(rehearsal: Rehearsal, healthy: Booted) -> None:
     """Stop/start (the root disk kept): the boot-time unit reruns the bootstrap; every phase is
     unchanged and nothing is downloaded again (the mirror's access log for this node)."""
-    _xfail_known(healthy.status)
     assert rehearsal.mirror is not None
     before = len(rehearsal.mirror.downloads(healthy.node.ip))
     rehearsal.stop(healthy.node)
@@ -159,8 +169,6 @@ def test_a_failed_driver_install_names_the_phase_and_validate_fails_the_node(
     assert phase == "driver", msg
     code, results = _validate(rehearsal, broken, tmp_path, capsys)
     status = next(r for r in results if r["check"] == "bootstrap.status")
-    if "no /var/lib/gpuforge/bootstrap-status.json" in status["message"]:
-        pytest.xfail("finding 5: validate, as the login user, cannot read the status file (0750)")
     assert code == 1
     assert status["level"] == "error" and "bootstrap failed in phase 'driver'" in status["message"]
 
