@@ -90,6 +90,13 @@ def run_preview(project_dir: Path, stack: str, policies: bool = False) -> Previe
         raise ProgramError(f"duplicate resource URNs (the real engine would refuse): {', '.join(run.duplicates)}")
     _check_kubernetes_schema(cfg, run)
     result = PreviewResult(cfg, run, estimate(cfg))
+    if cfg.ami_id is None and run.of_type("aws:ec2/launchTemplate:LaunchTemplate") and any(
+        r.type == "gpuforge:aws:Nodes" for r in run.resources
+    ):  # components/ami.py require_pinned_ami: the real engine refuses what the mock looked up
+        result.warnings.append(
+            "gpuforge:amiId is not set: this preview used a stand-in AMI, and `pulumi up` refuses an unpinned one; "
+            "pin the image `gpuforge preflight` finds (`pulumi config set gpuforge:amiId ami-...`)"
+        )
     if policies:  # the guardrail pack (policy/), over the graph just recorded
         from components.fleet import guardrails
         from gpuforge.policycheck import check_graph

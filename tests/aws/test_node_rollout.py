@@ -71,3 +71,8 @@ def test_pinned_ami_is_what_the_template_boots(record) -> None:
     run = record(base_config(amiId="ami-0abc1234567890def"), stack="pinned").run
     (lt,) = run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
     assert lt.inputs["imageId"] == "ami-0abc1234567890def"
+
+
+def test_preview_warns_that_pulumi_up_would_refuse_the_unpinned_ami(record) -> None:
+    assert any("gpuforge:amiId is not set" in w for w in record(base_config(), stack="unpinned").warnings)
+    assert not record(base_config(amiId="ami-0abc1234567890def"), stack="pinned").warnings
