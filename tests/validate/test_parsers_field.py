@@ -224,3 +224,17 @@ def test_smi_table_gpu_names_from_every_driver_generation_in_the_corpus():
     }
     for path, want in names.items():
         assert parse_smi_gpus(corpus(path)) == want, path
+
+
+def test_xid_154_is_judged_by_the_recovery_action_the_driver_asks_for():
+    def level(line: str) -> Level:
+        out = f"{XID_MARK} source=dmesg\n{line}\n{XID_MARK} end\n"
+        return XidScanCheck().run_on_output("n1", out, P5)[0].level
+
+    assert level(corpus("xid/nvsentinel-test_xid154_to_gpu_reset_required.txt").strip()) is Level.ERROR
+    assert level(corpus("xid/nvsentinel-test_xid154_back_to_none.txt").strip()) is Level.WARNING
+    # DERIVED from the driver's format string (gpu.c, "GPU recovery action changed from 0x%x (%s)
+    # to 0x%x (%s)"): the code decides, whatever the driver calls it; 5 is the IMEX domain's job
+    line = "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x{} ({})"
+    assert level(line.format(2, "OS Reboot")) is Level.ERROR
+    assert level(line.format(5, "Recover IMEX Domain")) is Level.WARNING

@@ -39,12 +39,27 @@ _XID = re.compile(
 )
 
 
+# Xid 154 (GPU_RECOVERY_ACTION_CHANGED) carries the driver's own verdict: "GPU recovery action
+# changed from 0x%x (%s) to 0x%x (%s)" (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/
+# gpu.c gpuRefreshRecoveryAction, nverror.h, at df1c9a3). The codes are NV2080_CTRL_GPU_RECOVERY_
+# ACTION (ctrl2080gpu.h): 0 None, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset,
+# 5 recover the IMEX domain (not this GPU). The names vary by driver ("OS Reboot", "PF FLR"), so
+# the code decides: a GPU that needs any action but none/IMEX is not usable until it gets it.
+HEALTHY_RECOVERY_ACTIONS = {0, 5}
+RECOVERY_ACTION_XID = 154
+_RECOVERY = re.compile(r"recovery action changed from 0x[0-9A-Fa-f]+ \([^)]*\)\s+to 0x(?P<to>[0-9A-Fa-f]+) \((?P<name>[^)]*)\)")
+
+
 @dataclass(frozen=True)
 class XidEvent:
     pci: str
     code: int
     line: str
     mig: str | None = None  # "GPU-I:05 GPU-CI:00" when the driver attributed it to a MIG instance
+    recovery: tuple[int, str] | None = None  # Xid 154: the action the driver now requires
+
+    def needs_recovery(self) -> bool:
+        return self.recovery is not None and self.recovery[0] not in HEALTHY_RECOVERY_ACTIONS
 
 
 @dataclass(frozen=True)
@@ -81,7 +96,9 @@ class XidScanCheck(NodeCheck[XidScan]):
             x = _XID.search(line)
             if x is not None:
                 mig = " ".join(x["mig"].split()) or None
-                events.append(XidEvent(f"PCI:{x['bdf']}", int(x["code"]), line.strip(), mig))
+                r = _RECOVERY.search(line) if int(x["code"]) == RECOVERY_ACTION_XID else None
+                recovery = (int(r["to"], 16), r["name"]) if r else None
+                events.append(XidEvent(f"PCI:{x['bdf']}", int(x["code"]), line.strip(), mig, recovery))
                 continue
             if g := _GPU_LINE.search(line):
                 last_gpu = g["bdf"]
@@ -96,8 +113,8 @@ class XidScanCheck(NodeCheck[XidScan]):
         if measurement.source == "none":
             return [CheckResult(self.name, Level.UNKNOWN, t, None, None, "kernel log not readable (journal or dmesg)")]
         fatal_codes = set(policy(expect, "xid_fatal"))
-        fatal = [e for e in measurement.events if e.code in fatal_codes]
-        other = [e for e in measurement.events if e.code not in fatal_codes]
+        fatal = [e for e in measurement.events if e.code in fatal_codes or e.needs_recovery()]
+        other = [e for e in measurement.events if e not in fatal]
         observed = [{"pci": e.pci, "xid": e.code} for e in measurement.events]
         if fatal:
             where = sorted({(e.code, e.pci) for e in fatal})
