@@ -12,6 +12,7 @@ by the rehearsal's package mirror, so the node installs them with apt, from the 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -64,6 +65,16 @@ def ensure_root(timeout_s: float = 1500) -> RootImage:
     tree, debs, tar = base / "tree", base / "debs", base / "root.tar"
     if (base / "ready").exists():
         return RootImage(tree, debs)
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / f"{root_key()}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs (other helpers, CI shards) build it once
+        if (base / "ready").exists():
+            return RootImage(tree, debs)
+        _build(base, tree, debs, tar, timeout_s)
+    return RootImage(tree, debs)
+
+
+def _build(base: Path, tree: Path, debs: Path, tar: Path, timeout_s: float) -> None:
     shutil.rmtree(base, ignore_errors=True)
     debs.mkdir(parents=True)
     hook = (
@@ -82,7 +93,6 @@ def ensure_root(timeout_s: float = 1500) -> RootImage:
     tree.mkdir()
     subprocess.run(["tar", "-xpf", str(tar), "-C", str(tree), "--numeric-owner"], check=True, timeout=600)
     (base / "ready").write_text(root_key() + "\n")
-    return RootImage(tree, debs)
 
 
 def missing_tools() -> list[str]:
