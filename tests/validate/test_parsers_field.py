@@ -238,3 +238,15 @@ def test_xid_154_is_judged_by_the_recovery_action_the_driver_asks_for():
     line = "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x{} ({})"
     assert level(line.format(2, "OS Reboot")) is Level.ERROR
     assert level(line.format(5, "Recover IMEX Domain")) is Level.WARNING
+
+
+def test_nvlink_without_a_model_figure_judges_the_shape_of_the_board():
+    b300 = corpus("nvlink/xe9780_b300_610.57.04_7gpu.txt")
+    nvswitch8 = build_expectations(None, None, {"gpus_per_node": 8, "interconnect": "nvswitch"})
+    assert NvlinkCheck().run_on_output("n1", b300, nvswitch8)[0].level is Level.PASS
+    # DERIVED from the capture: GPU 3 loses its last link line (17 links where the others have 18)
+    lines = b300.splitlines(keepends=True)
+    gpu3 = lines.index(next(ln for ln in lines if ln.startswith("GPU 3:")))
+    derived = "".join(lines[: gpu3 + 18] + lines[gpu3 + 19 :])
+    result = NvlinkCheck().run_on_output("n1", derived, nvswitch8)[0]
+    assert result.level is Level.ERROR and "GPU3" in result.message

@@ -73,6 +73,10 @@ def parse_nvlink(stdout: str) -> list[NvlinkGpu]:
     return gpus
 
 
+def _slowest(gpu: NvlinkGpu) -> float:
+    return min((s for s in gpu.links.values() if s is not None), default=0.0)
+
+
 class NvlinkCheck(NodeCheck[list[NvlinkGpu]]):
     name: ClassVar[str] = "gpu.nvlink"
     tier: ClassVar[int] = 0
@@ -139,7 +143,17 @@ class NvlinkCheck(NodeCheck[list[NvlinkGpu]]):
             else ""
         )
         if links is None or speed is None:
-            msg = f"all listed links up on {listed} GPU(s); no expected link count/speed to compare{partial}"
-            return [CheckResult(self.name, Level.INFO, t, listed, expected, msg)]
+            # No figure for this model (B300: 18 x 53.125 GB/s in the XE9780 capture, corpus/nvlink/):
+            # every GPU listing the same number of links, all up at one speed, is the healthy shape
+            # of an NVLink/NVSwitch board; a GPU with fewer links or a slower one is not.
+            shapes = {(len(g.links), _slowest(g)) for g in measurement}
+            counts = {len(g.links) for g in measurement}
+            if len(shapes) == 1 and 0 not in counts:
+                (n_links, gbs), = shapes
+                msg = f"{listed} GPU(s) x {n_links} links up at {gbs:g} GB/s, the same on every GPU{partial}"
+                return [CheckResult(self.name, Level.PASS, t, listed, expected, msg)]
+            per_gpu = {f"GPU{g.index}": (len(g.links), _slowest(g)) for g in measurement}
+            msg = f"GPUs differ in NVLink count or speed (links, slowest GB/s): {per_gpu}{partial}"
+            return [CheckResult(self.name, Level.ERROR, t, per_gpu, expected, msg)]
         msg = f"{listed} GPU(s) x {links} links up at >= {speed} GB/s{partial}"
         return [CheckResult(self.name, Level.PASS, t, listed, expected, msg)]
