@@ -60,6 +60,7 @@ class SlurmLayout:
     paths: SlurmPaths = field(default_factory=SlurmPaths)
     gpu_device_prefix: str = "/dev/nvidia"  # gres.conf File= (files mode); a test bed points it at stand-ins
     node_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr per node, where names do not resolve
+    slurmd_parameters: str | None = None  # SlurmdParameters (the test bed: config_overrides)
     pyxis: bool = False  # plugstack.conf includes the nodes' plugstack.conf.d (pyxis.conf, bootstrap pyxis phase)
 
     @property

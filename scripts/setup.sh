@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# slurmctld, slurmd, slurm-client, munge, libpmix2: the real Slurm of tests/slurm (srun --mpi=pmix needs libpmix2).
+# slurmctld, slurmd, slurm-client, munge, libpmix2, libpmix-dev: the real Slurm of tests/slurm (srun --mpi=pmix
+# dlopens the unversioned libpmix.so, which only libpmix-dev installs).
 # mmdebstrap, systemd-container, apt-utils, gnupg: the first-boot rehearsal (tests/rehearsal).
-want_debs=${GPUFORGE_DEBS:-"iproute2 openssh-server openssh-client iperf3 iputils-ping procps shellcheck cloud-init slurmctld slurmd slurm-client munge libpmix2 mmdebstrap systemd-container apt-utils gnupg chromium"}
+want_debs=${GPUFORGE_DEBS:-"iproute2 openssh-server openssh-client iperf3 iputils-ping procps shellcheck cloud-init slurmctld slurmd slurm-client munge libpmix2 libpmix-dev mmdebstrap systemd-container apt-utils gnupg chromium"}
 if [ "${1:-}" = "--with-test-hosts" ] && [ "$(id -u)" = 0 ]; then
   missing=""
   for pkg in $want_debs; do

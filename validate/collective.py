@@ -11,13 +11,13 @@ from __future__ import annotations
 import shlex
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from common.results import CheckResult, Level
 from validate import localise
 from validate.checks import Expectations, ParseError
 from validate.network import iperf, schedule
-from validate.transport import Job, Outcome
+from validate.transport import CommandResult, Job, Outcome
 
 if TYPE_CHECKING:
     from validate.runner import Runner
@@ -63,6 +63,22 @@ def command(hosts: tuple[str, str], expect: Expectations, plan: PairPlan) -> tup
     return cmd, float(plan.timeout_s + 2 * nccl.TIMEOUT_GRACE_S)
 
 
+def slurm_pair(transport: Any, hosts: tuple[str, str], expect: Expectations, plan: PairPlan) -> CommandResult:
+    """The pair as one Slurm allocation: `srun --mpi=pmix -N2 --ntasks-per-node=<GPUs>` of
+    all_reduce_perf, one rank per GPU, the ranks' environment as mpirun's -x gives it. `hosts` are
+    Slurm NodeNames; `transport` is validate.slurm.SlurmTransport."""
+    from validate import nccl
+
+    gpus = int(expect.gpus_per_node or 1)
+    nplan = nccl.NcclPlan(min_bytes=plan.min_bytes, max_bytes=plan.max_bytes, iters=plan.iters, timeout_s=plan.timeout_s)
+    env = nccl.multinode_env(efa=bool(expect.efa_interfaces), gpudirect_rdma=bool(expect.extra.get("gpudirect_rdma")),
+                             ring=True)  # fmt: skip
+    result: CommandResult = transport.run_allocation(
+        list(hosts), gpus, nplan.args("1"), float(plan.timeout_s + nccl.TIMEOUT_GRACE_S), mpi="pmix", env=env
+    )
+    return result
+
+
 def judge(a: str, b: str, stdout: str, expect: Expectations) -> tuple[list[CheckResult], float | None]:
     """Results for the pair, and its large-message busbw (GB/s) for localisation when it ran clean."""
     from validate import nccl
@@ -85,6 +101,26 @@ class PairStage:
     def __init__(self, runner: Runner) -> None:
         self.r = runner
 
+    def _round(self, no: int, jobs: list[Job]) -> list[CommandResult]:
+        """Over SSH: each pair's mpirun on its first node. Through Slurm (a transport with
+        run_allocation): one srun --mpi=pmix allocation per pair, by NodeName, the pairs of a
+        round at once (they are disjoint)."""
+        transport = self.r.transport
+        if not hasattr(transport, "run_allocation"):
+            return self.r.run_jobs(f"nccl round {no + 1}", jobs)
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.r.progress.stage(f"nccl round {no + 1} (srun)", len(jobs))
+
+        def one(job: Job) -> CommandResult:
+            a, b = job.tag
+            res = slurm_pair(transport, (a, b), self.r.expect[a], self.r.opt.nccl_plan)
+            self.r.progress.advance(f"{a}<->{b}: {res.outcome.value}")
+            return res
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), self.r.opt.max_workers))) as pool:
+            return list(pool.map(one, jobs))
+
     def run(self) -> localise.Verdict | None:
         """all_reduce_perf on ring pairs of nodes that passed every tier; localised like iperf3."""
         nodes = [n for n in self.r.active() if n.name not in self.r.degraded]
@@ -98,7 +134,7 @@ class PairStage:
                 hosts = (by_name[a].data_address, by_name[b].data_address)
                 cmd, bound = command(hosts, self.r.expect[a], self.r.opt.nccl_plan)
                 jobs.append(Job(by_name[a], cmd, bound, (a, b)))
-            for job, res in zip(jobs, self.r.run_jobs(f"nccl round {no + 1}", jobs), strict=True):
+            for job, res in zip(jobs, self._round(no, jobs), strict=True):
                 a, b = job.tag
                 self.r.evidence(f"nccl/round-{no:02d}", f"{a}-{b}", res)
                 if self.r.lost(res):

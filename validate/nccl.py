@@ -82,6 +82,22 @@ def hostfile_text(hosts: Sequence[str], slots: int) -> str:
     return "".join(f"{h} slots={slots}\n" for h in hosts)
 
 
+def multinode_env(*, socket_ifname: str | None = None, efa: bool = False, gpudirect_rdma: bool = False,
+                  ring: bool = False) -> dict[str, str]:
+    """The environment every rank of a multi-node run gets (mpirun -x, or srun --export)."""
+    env = {"NCCL_DEBUG": "INFO"}  # INFO prints the transport chosen (Socket vs EFA)
+    if socket_ifname:
+        env["NCCL_SOCKET_IFNAME"] = socket_ifname
+    if efa:
+        env["FI_PROVIDER"] = "efa"
+        env["FI_EFA_FORK_SAFE"] = "1"
+        if gpudirect_rdma:
+            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    if ring:
+        env["NCCL_ALGO"] = "Ring"
+    return env
+
+
 def multinode_command(
     hosts: Sequence[str],
     gpus_per_node: int,
@@ -102,16 +118,7 @@ def multinode_command(
     """
     if len(hosts) < 2:
         raise ValueError("multinode_command needs at least two hosts")
-    env = {"NCCL_DEBUG": "INFO"}  # INFO prints the transport chosen (Socket vs EFA)
-    if socket_ifname:
-        env["NCCL_SOCKET_IFNAME"] = socket_ifname
-    if efa:
-        env["FI_PROVIDER"] = "efa"
-        env["FI_EFA_FORK_SAFE"] = "1"
-        if gpudirect_rdma:
-            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    if ring:
-        env["NCCL_ALGO"] = "Ring"
+    env = multinode_env(socket_ifname=socket_ifname, efa=efa, gpudirect_rdma=gpudirect_rdma, ring=ring)
     argv = [
         mpirun,
         "-np", str(len(hosts) * gpus_per_node),

@@ -125,7 +125,9 @@ class SlurmTransport:
     def _result(self, node: str, command: str, argv: list[str], timeout_s: float) -> CommandResult:
         deadline = timeout_s + self.settings.immediate_s + KILL_AFTER_S + LOCAL_SLACK_S
         rc, out, err, took = _run(argv, self.settings, deadline)
-        if rc is None or rc in _TIMEOUT_RCS:
+        # 124/137 from `timeout` mean the bound ran out; srun also exits 137 for tasks it killed
+        # after a failed launch, in well under the bound: that is the command failing, not a timeout.
+        if rc is None or (rc in _TIMEOUT_RCS and took >= timeout_s):
             return CommandResult(node, command, Outcome.TIMEOUT, None, out, err, took,
                                  f"command ran past its bound ({took:.1f} s)")  # fmt: skip
         refused = _NO_ALLOCATION.search(err)

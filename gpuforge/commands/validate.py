@@ -365,7 +365,7 @@ def command(
     out = out or Path("gpuforge-evidence") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     nccl_pairs = (
         collective.available()
-        and transport_kind == "ssh"
+        and transport_kind in ("ssh", "slurm")  # slurm: one srun --mpi=pmix allocation per pair
         and len(inv.nodes) >= 2
         and (tokens is None or any(t in ("nccl", "nccl.pair") for t in tokens))
     )

@@ -87,7 +87,11 @@ class SlurmBed:
             controller=CONTROLLER,
             controller_addr=self.controller_addr,
             node_names=names,
-            cpus=2,  # this machine's; slurmd refuses fewer than configured
+            # One rank per GPU (8) for NCCL through srun needs 8 CPUs a node; this machine has 2.
+            # config_overrides: slurmctld takes slurm.conf's figures and drains no node for having
+            # fewer (slurm.conf(5): "intended for testing"). Stacks never render it.
+            cpus=8,
+            slurmd_parameters="config_overrides",
             real_memory_mb=500,
             gpu_type="a100",
             gpus_per_node=8,
@@ -134,6 +138,11 @@ class SlurmBed:
             (self.root / "spool" / h.name).mkdir()
         for rel, text in render_slurm(self.layout()).items():
             (self.root / "etc" / Path(rel).name).write_text(text)
+        # The bed's hosts share one /tmp, where PMIx puts /tmp/spmix_appdir_<uid>_<step> for each
+        # node's part of a step: the second node's "File exists" aborts the launch. Each host gets
+        # its own directory at one path (bind-mounted in its namespace, like a real node's /tmp).
+        (self.root / "pmix").mkdir()
+        (self.root / "etc" / "mpi.conf").write_text(f"PMIxCliTmpDirBase={self.root}/pmix\n")
         self._health_wrapper()
         self._munged()
         for h in self.tb.hosts:
@@ -170,6 +179,8 @@ class SlurmBed:
                          ("systemd", "none,name=systemd"))
         )
         _sh("nsenter", "-t", str(h.sshd_pid), "-m", "sh", "-c", f"mountpoint -q /sys/fs/cgroup || {{ {mounts}; }}")
+        (h.dir / "pmix").mkdir(exist_ok=True)
+        _sh("nsenter", "-t", str(h.sshd_pid), "-m", "mount", "--bind", str(h.dir / "pmix"), str(self.root / "pmix"))
         _sh("nsenter", "-t", str(h.sshd_pid), "-n", "-u", "-m", "slurmd", "-f", self.env["SLURM_CONF"], "-N", h.name,
             env={**self.env, "PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})  # fmt: skip
         self.pids.append(int(_wait_file(self.root / "run" / f"slurmd-{h.name}.pid", f"slurmd {h.name}",

@@ -130,3 +130,44 @@ def test_health_check_drains_the_node_missing_its_gpu_and_resumes_it(bed: SlurmB
     actions = [(e["node"], e["action"]) for e in entries if e["action"] in ("drain", "resume")]
     assert actions[:2] == [("node2", "drain"), ("node2", "resume")], entries
     assert all(e["node"] == "node2" for e in entries if e["action"] in ("drain", "resume"))
+
+
+def test_nccl_pairs_through_one_srun_allocation_reach_the_ssh_verdict(
+    bed: SlurmBed, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NCCL between two nodes: over SSH an mpirun on the first node, through Slurm one
+    `srun --mpi=pmix --nodes=2 --ntasks-per-node=8` allocation; both replay the same real capture
+    (a 2-node p4de all_reduce_perf, nccl_f1_p4de_2node_srun.txt) and must judge it alike."""
+    from gpuforge.cli import main
+
+    bed.enable_health_check(False)
+    for i in (1, 3):
+        bed.set_scenario(i, "a100-nvswitch")
+    inv = tmp_path / "p4de.json"
+    nodes = [{"name": h.name, "host": h.ip, "instance_type": "p4de.24xlarge"} for h in bed.tb.hosts if h.index in (1, 3)]
+    # efa_interfaces 0: the SSH path then runs `mpirun` (replayed), not the EFA installer's
+    # /opt/amazon/openmpi/bin/mpirun, which no test host has.
+    inv.write_text(json.dumps({**bed.tb.inventory(expect={"efa_interfaces": 0}), "profile": "cv-training",
+                               "nodes": nodes}))  # fmt: skip
+    monkeypatch.setenv("SLURM_CONF", bed.env["SLURM_CONF"])
+    docs = {}
+    try:
+        for transport in ("ssh", "slurm"):
+            args = ["validate", "--inventory", str(inv), "--checks", "nccl.pair", "--format", "json",
+                    "--out", str(tmp_path / transport), "--transport", transport, "--connect-timeout", "3"]  # fmt: skip
+            with pytest.raises(SystemExit):
+                main(args)
+            docs[transport] = json.loads(capsys.readouterr().out)
+    finally:
+        for i in (1, 3):
+            bed.set_scenario(i, HEALTHY)
+
+    def pair(doc: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...], Any]]:
+        return {(r["check"], r["level"], tuple(r["targets"]), json.dumps(r["observed"])) for r in doc["results"]
+                if r["check"].startswith("nccl")}  # fmt: skip
+
+    assert pair(docs["slurm"]) == pair(docs["ssh"])
+    # not two equal unknowns: the capture was measured and judged (78.33 GB/s bus bandwidth)
+    assert ("nccl.busbw.inter", "pass", ("node1<->node3",), "78.33") in pair(docs["slurm"])
+    [ev] = (tmp_path / "slurm" / "evidence" / "nccl").rglob("*.txt")
+    assert '"outcome": "ok"' in ev.read_text() and "nccl_f1_p4de_2node_srun.txt" in ev.read_text()
