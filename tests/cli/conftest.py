@@ -29,7 +29,9 @@ from tests.support.moto_server import aws_env, moto_auth, moto_server
 
 __all__ = ["aws_env", "moto_auth", "moto_server"]
 
-REPO = Path(__file__).resolve().parents[2]
+# GPUFORGE_TEST_SOURCE: the checkout the `project` fixture copies (and commands run in) when the
+# tests run against another build with GPUFORGE_TEST_BIN; by default this one.
+REPO = Path(os.environ.get("GPUFORGE_TEST_SOURCE") or Path(__file__).resolve().parents[2])
 # The console script next to this interpreter; GPUFORGE_TEST_BIN runs the same tests against
 # another build (how the notes show each test failing on the code before issue 13).
 GPUFORGE = os.environ.get("GPUFORGE_TEST_BIN") or str(Path(sys.executable).with_name("gpuforge"))
@@ -149,9 +151,9 @@ def interrupt(args: list[str], *, cwd: Path, env: dict[str, str], ready: str, re
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    for r in readers:
-        r.join(5)
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
+        for r in readers:
+            r.join(5)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     return code, took, "".join(out_parts), "".join(err_lines)
