@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from common.errors import EXIT_CHECKS_FAILED
-from common.table import format_option
+from common.table import Column, Rows, format_option, print_table, terminal_width
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
 from gpuforge.stackfile import stack_name
@@ -69,9 +69,8 @@ def _report_violations(result: PreviewResult, per_policy: int = 5) -> None:
 
 def _print_table(result: PreviewResult) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console()
+    console = Console(width=terminal_width())
     cfg = result.config
     console.print(f"[bold]gpuforge preview[/] stack [cyan]{cfg.stack}[/] profile [cyan]{cfg.profile.name}[/]")
     console.print(f"[dim]{DISCLAIMER}[/]\n")
@@ -85,17 +84,16 @@ def _print_table(result: PreviewResult) -> None:
 
     outputs = dict(result.to_dict()["outputs"])  # secrets (the kubeconfig) redacted, as in JSON
     inventory = outputs.pop("inventory", None)
-    out = Table(title="outputs", show_header=False, box=None)
+    out = Rows("outputs", [Column("output"), Column("value")])
     for key in sorted(outputs):
-        out.add_row(key, json.dumps(outputs[key]) if not isinstance(outputs[key], str) else outputs[key])
-    console.print(out)
+        out.add(key, json.dumps(outputs[key]) if not isinstance(outputs[key], str) else outputs[key])
+    print_table(out)
     if isinstance(inventory, dict):
-        inv = Table(title="inventory")
-        for col in ("name", "instance_type", "az_id", "private_ip", "public_ip"):
-            inv.add_column(col, no_wrap=True)
+        cols = ("name", "instance_type", "az_id", "private_ip", "public_ip")
+        inv = Rows("inventory", [Column(c) for c in cols])
         for node in inventory.get("nodes", []):
-            inv.add_row(*(str(node.get(c) or "-") for c in ("name", "instance_type", "az_id", "private_ip", "public_ip")))
-        console.print(inv)
+            inv.add(*(node.get(c) for c in cols))
+        print_table(inv)
         if not inventory.get("nodes"):
             # EKS node groups create their instances after deploy: nothing to list at preview time.
             console.print(f"[dim]no nodes are known before deploy (EKS node groups launch them); once deployed, "
@@ -104,21 +102,19 @@ def _print_table(result: PreviewResult) -> None:
     _print_mirror(console, result)
 
     cost = result.cost.to_dict()
-    ct = Table(title="cost estimate (USD, from the catalog)")
-    for col in ("item", "quantity", "on-demand $/h", "spot $/h"):
-        ct.add_column(col, justify="right" if col != "item" else "left")
+    ct = Rows("cost estimate (USD, from the catalog)", [
+        Column("item"), Column("quantity", justify="right"), Column("on-demand $/h", justify="right"),
+        Column("spot $/h", justify="right")])
     for line in cost["lines"]:
-        ct.add_row(
+        ct.add(
             line["item"],
             f"{line['quantity']:g} {line['unit']}",
             _money(line["on_demand_usd_per_hour"]),
             _money(line["spot_usd_per_hour"]) if line["spot_usd_per_hour"] is not None else "(same)",
         )
-    ct.add_row("[bold]total per hour[/]", "", _money(cost["hourly"]["on_demand"]), _money(cost["hourly"]["spot"]))
-    ct.add_row(
-        "[bold]total per 30 days[/]", "", _money(cost["thirty_days"]["on_demand"]), _money(cost["thirty_days"]["spot"])
-    )
-    console.print(ct)
+    ct.add("total per hour", "", _money(cost["hourly"]["on_demand"]), _money(cost["hourly"]["spot"]))
+    ct.add("total per 30 days", "", _money(cost["thirty_days"]["on_demand"]), _money(cost["thirty_days"]["spot"]))
+    print_table(ct)
     for note in cost["notes"]:
         console.print(f"[dim]- {note}[/]")
     for note in cfg.profile.shape.notes:
@@ -126,18 +122,14 @@ def _print_table(result: PreviewResult) -> None:
 
 
 def _print_mirror(console: Any, result: PreviewResult) -> None:
-    from rich.table import Table
-
     mirror = result.config.mirror.to_dict()
     if not mirror:
         console.print("bootstrap downloads from the vendors' sites (no gpuforge:mirror)")
         return
-    table = Table(title="bootstrap mirror (gpuforge:mirror): pins and digests unchanged")
-    table.add_column("upstream")
-    table.add_column("installs from")
+    table = Rows("bootstrap mirror (gpuforge:mirror): pins and digests unchanged", [Column("upstream"), Column("installs from")])
     for name, where in mirror.items():
-        table.add_row(name, where)
-    console.print(table)
+        table.add(name, where)
+    print_table(table)
 
 
 def _print_policies(console: Any, result: PreviewResult) -> None:

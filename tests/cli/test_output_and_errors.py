@@ -125,3 +125,12 @@ def test_preview_reports_its_policies_and_hints_discover(gf: Gf) -> None:
     assert r.returncode == 0, r.stderr
     assert "Policies:" in r.stdout and "no-public-ssh" in r.stdout
     assert "gpuforge validate --discover nlp-inference" in r.stdout
+
+
+@pytest.mark.parametrize("columns", [60, 100])
+def test_preview_tables_keep_tokens_whole(gf: Gf, columns: int) -> None:
+    r = gf("preview", "--stack", "risk-sim", "--format", "table", env=base_env(COLUMNS=str(columns)))
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout
+    for token in ("p3dn.24xlarge", "risk-sim-node01", "risk-sim-node02", "on-demand"):
+        assert token in r.stdout, (columns, token)
