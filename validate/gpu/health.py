@@ -16,6 +16,9 @@ from validate.gpu.smi_q import SmiBlock, as_int, as_yes, parse_smi_q
 from validate.thresholds import policy
 
 _THROTTLE_SECTIONS = (("Clocks Event Reasons",), ("Clocks Throttle Reasons",))
+# Drivers up to the 470 branch spell it "Ecc Mode" (thamada/gls GTX680_smi.py, 470.256.02, in
+# tests/validate/corpus/smi_q/); later ones "ECC Mode".
+_ECC_MODE = ("ECC Mode", "Ecc Mode")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class GpuHealth:
     # a section missing from the output is evidence we do not have (unknown).
     ecc_mode_na: bool = False  # "ECC Mode / Current : N/A": the GPU has no ECC (GeForce)
     memory_na: bool = False  # row remapping printed as a bare "N/A": not available on this GPU
+    throttle_na: bool = False  # "Clocks Throttle Reasons : N/A" as one line: no such counters (Kepler)
 
 
 def _counts(block: SmiBlock, keys: tuple[str, ...]) -> list[int]:
@@ -63,7 +67,7 @@ def _health(block: SmiBlock) -> GpuHealth:
             break
     return GpuHealth(
         bus_id=block.bus_id,
-        ecc_mode=_str(block.first(("ECC Mode", "Current"))),
+        ecc_mode=_str(block.first(*((key, "Current") for key in _ECC_MODE))),
         sram_uncorrectable=max(sram_unc) if sram_unc else None,
         sram_correctable=max(sram_cor) if sram_cor else None,
         dram_max=max(dram) if dram else None,
@@ -73,9 +77,10 @@ def _health(block: SmiBlock) -> GpuHealth:
         remap_pending=as_yes(block.get("Remapped Rows", "Pending")),
         remap_failure=as_yes(block.get("Remapped Rows", "Remapping Failure Occurred")),
         throttle_active=throttle,
-        ecc_mode_na=block.has("ECC Mode", "Current") and block.get("ECC Mode", "Current") is None,
+        ecc_mode_na=any(block.has(key, "Current") and block.get(key, "Current") is None for key in _ECC_MODE),
         # GeForce and MIG print "Remapped Rows : N/A" as one bare line (exporter captures)
         memory_na=block.has("Remapped Rows") and block.get("Remapped Rows") is None,
+        throttle_na=throttle is None and any(block.has(*p) and block.get(*p) is None for p in _THROTTLE_SECTIONS),
     )
 
 
@@ -176,9 +181,13 @@ def _memory_retirement(t: tuple[str, ...], gpus: list[GpuHealth], limits: dict[s
 
 
 def _throttle(t: tuple[str, ...], gpus: list[GpuHealth], benign: list[str]) -> CheckResult:
-    silent = [g.bus_id for g in gpus if g.throttle_active is None]
+    silent = [g.bus_id for g in gpus if g.throttle_active is None and not g.throttle_na]
     if silent:
         return CheckResult("gpu.throttle", Level.UNKNOWN, t, silent, None, "clock throttle reasons not reported")
+    na = [g.bus_id for g in gpus if g.throttle_active is None]
+    if na and len(na) == len(gpus):
+        msg = f"clock throttle reasons N/A on {', '.join(na)} (not supported by this GPU)"
+        return CheckResult("gpu.throttle", Level.INFO, t, na, None, msg)
     benign_l = {b.lower() for b in benign}
     odd = {g.bus_id: [r for r in g.throttle_active or () if r.lower() not in benign_l] for g in gpus}
     odd = {k: v for k, v in odd.items() if v}
