@@ -134,7 +134,9 @@ class SlurmHead(pulumi.ComponentResource):
             f"{name}-slurm-hosts",
             name=slurm.hosts_parameter,
             type="String",
-            value=pulumi.Output.all(*lines).apply("\n".join),
+            # insecure_value: private IPs are no secret, and pulumi-aws makes every `value` one (the
+            # preview and state would show only [secret]).
+            insecure_value=pulumi.Output.all(*lines).apply("\n".join),
             description="Slurm cluster names: private IP and node name per line (nodes write /etc/hosts from it)",
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[munge_param]),

@@ -55,6 +55,14 @@ def test_munge_key_is_a_secret_parameter_and_never_in_user_data(record) -> None:
         assert stand_in not in text and "/slurm/munge-key" in text
 
 
+def test_hosts_parameter_lists_head_and_nodes_in_the_clear(record) -> None:
+    res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
+    [hosts] = [r for r in _by(res, PARAM) if r.inputs["name"].endswith("/hosts")]
+    lines = hosts.inputs["insecureValue"].splitlines()  # a plain string: addresses are no secret
+    assert [ln.split()[1] for ln in lines] == ["vision-slurm-head", "vision-slurm-node01", "vision-slurm-node02"]
+    assert hosts.inputs["type"] == "String"
+
+
 def test_the_node_role_reads_exactly_the_clusters_parameters(record) -> None:
     res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
     [node] = [r for r in _by(res, "aws:iam/rolePolicy:RolePolicy") if r.name == "vision-slurm-node-slurm"]
