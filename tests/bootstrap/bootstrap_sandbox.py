@@ -29,7 +29,7 @@ FAKE = Path(__file__).resolve().parent / "fakes" / "fake"
 FAKED = (
     "apt-get", "apt-mark", "dpkg-query", "nvidia-smi", "nv-fabricmanager", "systemctl", "hostnamectl", "modprobe",
     "mdadm", "mkfs.ext4", "blkid", "findmnt", "mount", "mountpoint", "gpg", "curl", "docker", "nvidia-ctk",
-    "make", "dpkg", "ldconfig", "update-initramfs",
+    "make", "dpkg", "ldconfig", "update-initramfs", "sysctl",
 )  # fmt: skip
 REAL = (
     "bash", "sh", "tar", "gzip", "sha256sum", "sha512sum", "md5sum", "python3", "flock", "sleep", "seq", "readlink",

@@ -51,11 +51,10 @@ def test_docker_env_file_port_matches_docker_on_its_own_examples() -> None:
 @pytest.fixture(scope="module")
 def efa_run(stack_cfg: dict[str, StackConfig], tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     """One bootstrap run of an EFA node (cv-training), shared by the tests that read its result."""
-    sb = Sandbox(tmp_path_factory.mktemp("efa"), stack_cfg["cv-training"], "n1")
+    # Ubuntu's default ptrace_scope (/etc/sysctl.d/10-ptrace.conf), as the kernel shows it.
+    sb = Sandbox(tmp_path_factory.mktemp("efa"), stack_cfg["cv-training"], "n1",
+                 env_overrides={"FAKE_SYSCTL_kernel_yama_ptrace_scope": "1"})  # fmt: skip
     assert not (sb.bin / "fi_info").exists(), "no fi_info on PATH, as under cloud-init"
-    # Ubuntu's default (/etc/sysctl.d/10-ptrace.conf), as the kernel shows it.
-    (sb.root / "proc/sys/kernel/yama").mkdir(parents=True)
-    (sb.root / "proc/sys/kernel/yama/ptrace_scope").write_text("1\n")
     r = sb.run()
     assert r.returncode == 0, sb.log()[-3000:]
     return sb
@@ -247,7 +246,8 @@ def test_every_apt_get_of_a_run_waits_for_the_dpkg_lock(efa_run: Sandbox) -> Non
 def test_efa_node_allows_ptrace_between_ranks(efa_run: Sandbox, stack_cfg: dict[str, StackConfig]) -> None:
     conf = (efa_run.root / "etc/sysctl.d/90-gpuforge-efa-ptrace.conf").read_text()
     assert conf.strip() == "kernel.yama.ptrace_scope = 0"
-    assert (efa_run.root / "proc/sys/kernel/yama/ptrace_scope").read_text().strip() == "0"
+    assert ["sysctl", "-q", "-w", "kernel.yama.ptrace_scope=0"] in efa_run.calls()
+    assert (efa_run.state / "sysctl/kernel.yama.ptrace_scope").read_text().strip() == "0"
     # The name sorts after Ubuntu's 10-ptrace.conf, so `sysctl --system` at every boot ends with 0.
     # A node without EFA keeps Ubuntu's default.
     assert "ptrace" not in render_text(stack_cfg["nlp-inference"])
@@ -333,3 +333,16 @@ def test_dlami_instance_store_is_bound_not_rebuilt(stack_cfg: dict[str, StackCon
     assert not [c for c in sb.calls() if c[:2] == ["mdadm", "--create"] or c[0] == "mkfs.ext4"]
     assert sb.run().returncode == 0
     assert next(p for p in sb.status()["phases"] if p["name"] == "scratch")["changed"] is False
+
+
+def test_ptrace_scope_without_yama_and_after_a_later_change(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    """A kernel without Yama passes untouched (nothing restricts ptrace); a value changed later
+    (an admin, a hardening baseline) is put back to 0 by the next run (the boot-time unit)."""
+    sb = Sandbox(tmp_path, stack_cfg["risk-sim"], "n1")  # no FAKE_SYSCTL_...: no Yama
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    assert not [c for c in sb.calls() if c[:2] == ["sysctl", "-q"]]
+    (sb.state / "sysctl").mkdir(exist_ok=True)
+    (sb.state / "sysctl/kernel.yama.ptrace_scope").write_text("2\n")
+    assert sb.run().returncode == 0, sb.log()[-2000:]
+    assert (sb.state / "sysctl/kernel.yama.ptrace_scope").read_text().strip() == "0"
+    assert "changed: kernel.yama.ptrace_scope=0 (was 2)" in sb.log()

@@ -107,6 +107,15 @@ def test_efa_tools_and_libraries_in_a_non_login_session(rehearsal: Rehearsal, he
     assert int(plugin) >= 1, "the NCCL plugin is in the dynamic linker's cache (ld.so.conf.d)"
 
 
+def test_ptrace_between_ranks_is_allowed(rehearsal: Rehearsal, healthy: Booted) -> None:
+    """Finding 6: Ubuntu's 10-ptrace.conf sets kernel.yama.ptrace_scope=1, which stops Open MPI's
+    intra-node single copy; the efa phase sets 0 now and in sysctl.d (the node's sysctl stand-in
+    keeps the value as the kernel would, tests/rehearsal/nodes.py YAMA_SYSCTL)."""
+    res = rehearsal.ssh(healthy.node, "PATH=/usr/local/sbin:/usr/sbin:/sbin:$PATH sysctl -n kernel.yama.ptrace_scope")
+    assert (res.returncode, res.stdout.strip()) == (0, "0"), res.stderr
+    assert "changed: kernel.yama.ptrace_scope=0 (was 1)" in healthy.node.log()
+
+
 def test_nccl_environment_survives_a_shell(rehearsal: Rehearsal, healthy: Booted) -> None:
     """Finding 4: sourcing the profile.d script leaves NCCL_NET set to the plugin's name (the old
     env-file-as-script ran a command named `Libfabric` and left it unset), with no LD_LIBRARY_PATH."""

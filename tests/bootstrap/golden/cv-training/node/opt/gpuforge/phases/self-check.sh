@@ -24,8 +24,8 @@ nefa=$("$R/usr/local/bin/fi_info" -p efa -t FI_EP_RDM 2>/dev/null |
   awk '$1 == "provider:" { efa = ($2 == "efa") } efa && $1 == "domain:" { print $2 }' | sort -u | grep -c . || true)
 [ "$nefa" -eq 4 ] || miss+=("$nefa EFA devices with the efa provider, expected 4")
 [ -e "$R/opt/aws-ofi-nccl/lib/libnccl-net.so" ] || miss+=("aws-ofi-nccl plugin missing")
-yama="$R/proc/sys/kernel/yama/ptrace_scope"
-[ ! -e "$yama" ] || [ "$(cat "$yama")" = 0 ] || miss+=("kernel.yama.ptrace_scope is $(cat "$yama"), not 0 (Open MPI intra-node)")
+ptrace=$(sysctl -n kernel.yama.ptrace_scope 2>/dev/null || echo none)
+[ "$ptrace" = 0 ] || [ "$ptrace" = none ] || miss+=("kernel.yama.ptrace_scope is $ptrace, not 0 (Open MPI intra-node)")
 observe efa_devices "$nefa"
 grep -q 'Runtimes:.*nvidia' <<<"$(docker info 2>/dev/null)" || miss+=("docker has no nvidia runtime")
 systemctl is-active amazon-cloudwatch-agent >/dev/null 2>&1 || miss+=("CloudWatch agent is not running: the idle-GPU alarm gets no data")

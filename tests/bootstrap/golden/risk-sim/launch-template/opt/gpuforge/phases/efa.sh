@@ -27,12 +27,12 @@ link "$efa_bin/fi_info" "$R/usr/local/bin"
 # of one user; Ubuntu ships kernel.yama.ptrace_scope=1 (/etc/sysctl.d/10-ptrace.conf).
 # ParallelCluster turns it off on EFA compute nodes (aws-parallelcluster-cookbook
 # cookbooks/aws-parallelcluster-config/recipes/efa.rb @ 5a0428db). A later file wins.
-# Applied now through /proc (a kernel without Yama has no such file and no restriction).
+# The live value is read first ("none": a kernel without the Yama LSM, which restricts nothing).
+ptrace=$(sysctl -n kernel.yama.ptrace_scope 2>/dev/null || echo none)
 put "$R/etc/sysctl.d/90-gpuforge-efa-ptrace.conf" "kernel.yama.ptrace_scope = 0"
-yama="$R/proc/sys/kernel/yama/ptrace_scope"
-if [ -e "$yama" ] && [ "$(cat "$yama")" != 0 ]; then
-  echo 0 >"$yama"
-  changed "kernel.yama.ptrace_scope=0"
+if [ "$ptrace" != 0 ] && [ "$ptrace" != none ]; then
+  sysctl -q -w kernel.yama.ptrace_scope=0
+  changed "kernel.yama.ptrace_scope=0 (was $ptrace)"
 fi
 
 # aws-ofi-nccl's configure stops without the hwloc headers (aws/aws-ofi-nccl configure.ac CHECK_PKG_HWLOC
