@@ -11,6 +11,7 @@ two disks need (tests/rehearsal/README.md; bench/rehearsal.py rehearses the refe
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,7 +194,8 @@ def test_spot_notice_from_imds_runs_the_checkpoint_once(rehearsal: Rehearsal) ->
     assert polled and set(polled) == {404}, "the watcher polls, and there is no notice yet"
     rehearsal.set_spot_notice(spot.node)
     end = time.monotonic() + 120
-    while "running the checkpoint command" not in spot.node.log() and time.monotonic() < end:
+    # wait for the command's end, not its start: its output follows the start line (a race under load)
+    while not re.search(r"checkpoint command (finished|FAILED)", spot.node.log()) and time.monotonic() < end:
         time.sleep(2)
     log = spot.node.log()
     assert log.count("spot interruption notice") == 1, log[-1500:]
