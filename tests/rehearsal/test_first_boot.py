@@ -202,3 +202,12 @@ def test_spot_notice_from_imds_runs_the_checkpoint_once(rehearsal: Rehearsal) ->
     assert "would run public.ecr.aws/aws-cli/aws-cli:" in log, "the checkpoint image was not pre-pulled"
     time.sleep(12)  # two more poll intervals: the done-flag stops the watcher
     assert spot.node.log().count("spot interruption notice") == 1
+    # Stopped and started again (a `stop` interruption), a later notice must checkpoint again:
+    # the done-flag may not survive the stop (issue 11 finding 6; it lives in /run now).
+    rehearsal.stop(spot.node)
+    rehearsal.start(spot.node)
+    rehearsal.wait_bootstrap(spot.node, run=2, timeout=600)
+    end = time.monotonic() + 120
+    while spot.node.log().count("spot interruption notice") < 2 and time.monotonic() < end:
+        time.sleep(2)
+    assert spot.node.log().count("spot interruption notice") == 2, "no checkpoint after a stop/start"
