@@ -85,11 +85,14 @@ def _build(base: Path, tree: Path, debs: Path, tar: Path, timeout_s: float) -> N
         # the node knows no archive but the mirror that its user data names
         'rm -f "$1"/etc/apt/sources.list "$1"/etc/apt/sources.list.d/*'
     )
-    subprocess.run(
+    built = subprocess.run(
         ["mmdebstrap", "--variant=apt", f"--include={','.join(ROOT_PACKAGES)}", f"--customize-hook={hook}",
          SUITE, str(tar), REGISTRY],
-        check=True, capture_output=True, text=True, timeout=timeout_s,
+        check=False, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
+    if built.returncode != 0:
+        tail = "\n".join((built.stderr or built.stdout).strip().splitlines()[-8:])
+        raise RuntimeError(f"mmdebstrap could not build the rehearsal root from {REGISTRY} (exit {built.returncode}):\n{tail}")
     tree.mkdir()
     subprocess.run(["tar", "-xpf", str(tar), "-C", str(tree), "--numeric-owner"], check=True, timeout=600)
     (base / "ready").write_text(root_key() + "\n")
