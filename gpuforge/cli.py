@@ -143,6 +143,8 @@ def use_project_code(args: list[str]) -> None:
     installed copy. gpuforge does the same before any of those packages is imported, so `cost`,
     `preview` and `catalog` read an edited price in the project directory (issue 13 item 5).
     """
+    if "components" in sys.modules:  # called in-process after the packages were imported: too late to switch
+        return
     project = project_dir_from_args(args)
     if project is not None and (project / "components" / "__init__.py").is_file():
         path = str(project)

@@ -143,8 +143,13 @@ def discover_inventory(
 
     api = "ec2:DescribeInstances"
     try:
+        from botocore.config import Config
+
+        # Bounded like preflight (issue 13 item 2): a stalled endpoint costs 2 x (5 + 10) s at
+        # most, not botocore's default 60 s connect and read timeouts per attempt.
+        bounded = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 2})
         sess = session or boto3.session.Session(region_name=region)
-        ec2 = sess.client("ec2", region_name=region) if region else sess.client("ec2")
+        ec2 = sess.client("ec2", region_name=region, config=bounded) if region else sess.client("ec2", config=bounded)
         region = region or ec2.meta.region_name
         instances = _running_instances(ec2, stack, page_size)
         if not instances:

@@ -103,3 +103,14 @@ def test_configured_az_gets_the_same_verdict_as_preview(gf: Gf, project: Path, a
     assert r.returncode == 1, r.stdout[-3000:]
     choice = next(x for x in json.loads(r.stdout)["results"] if x["check"] == "az.choice")
     assert choice["level"] == "error" and "use1-az1" in choice["message"]
+
+
+def test_discover_against_a_stalled_endpoint_is_bounded(gf: Gf, tmp_path: Path, silent_port: int) -> None:
+    """botocore's defaults would wait 60 s per read and retry: minutes against a silent endpoint."""
+    env = base_env(**AWS_DUMMY, AWS_ENDPOINT_URL=f"http://127.0.0.1:{silent_port}")
+    start = time.monotonic()
+    r = gf("validate", "--discover", "cv-training", "--region", "us-east-1", "--out", str(tmp_path / "e"),
+           cwd=tmp_path, env=env, timeout=150)
+    took = time.monotonic() - start
+    assert took < 45, f"--discover took {took:.0f} s against a stalled endpoint"
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr
