@@ -134,3 +134,14 @@ def test_preview_tables_keep_tokens_whole(gf: Gf, columns: int) -> None:
     assert "…" not in r.stdout
     for token in ("p3dn.24xlarge", "risk-sim-node01", "risk-sim-node02", "on-demand"):
         assert token in r.stdout, (columns, token)
+
+
+def test_preflight_table_has_no_cut_json(gf: Gf, project: Path, closed_port: int) -> None:
+    """Observed/expected were JSON cut at 60 characters with `…`, at any terminal width."""
+    env = base_env(COLUMNS="220", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x", AWS_REGION="us-east-1",
+                   AWS_ENDPOINT_URL=f"http://127.0.0.1:{closed_port}", AWS_CONFIG_FILE="/dev/null",
+                   AWS_SHARED_CREDENTIALS_FILE="/dev/null", AWS_EC2_METADATA_DISABLED="true")
+    r = gf("preflight", "--stack", "cv-training", "--format", "table", cwd=project, env=env)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "…" not in r.stdout and '{"' not in r.stdout, r.stdout
+    assert "gpu_count=8" in r.stdout  # the instance-type facts as words, whole
