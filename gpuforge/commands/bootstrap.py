@@ -43,6 +43,7 @@ def render(stack: str, node: str | None, out: Path, account_id: str | None, proj
       gpuforge bootstrap render --stack risk-sim --out out/risk-sim
       gpuforge bootstrap render --stack risk-sim --node risk-sim-node01 --out out/risk-sim-node01
       gpuforge bootstrap render --stack vision-cv-training --account-id 123456789012 --out out/v
+      gpuforge bootstrap render --stack vision-slurm --node vision-slurm-head --out out/head   # Slurm head
     """
     stack = stack_name(project_dir, stack)
     raw, _secrets = load_stack_config(project_dir.resolve(), stack)
@@ -56,13 +57,20 @@ def render(stack: str, node: str | None, out: Path, account_id: str | None, proj
             "pass --account-id $(aws sts get-caller-identity --query Account --output text)",
         )
     names = node_names(stack, cfg.node_count)
-    if node is not None and node not in names:
+    head = cfg.slurm.head_name if cfg.slurm else None  # gpuforge:scheduler slurm: the head node renders too
+    if node is not None and node not in names and node != head:
         raise InputError(
-            f"--node: {stack} has no node {node!r}{did_you_mean(node, names)}; its nodes: {fold_targets(names)}",
+            f"--node: {stack} has no node {node!r}{did_you_mean(node, names)}; its nodes: {fold_targets(names)}"
+            + (f" and {head}" if head else ""),
             "pass one of its nodes, or leave --node out for the launch template's generic node",
         )
     # What the stack's nodes boot: with the spot watcher and the CloudWatch agent where they apply.
-    rendered = stack_user_data(cfg, node, account_id=account_id)
+    if node is not None and node == head:
+        from bootstrap.slurm_head import render_head_user_data
+
+        rendered = render_head_user_data(cfg)
+    else:
+        rendered = stack_user_data(cfg, node, account_id=account_id)
     files = {**rendered.files, "user-data.b64": rendered.user_data_base64 + "\n"}
     write_render(out, files)
     plain = len(rendered.files[USER_DATA_FILE].encode())

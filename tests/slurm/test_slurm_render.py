@@ -106,3 +106,23 @@ def test_slurm_phases_pass_shellcheck(tmp_path: Path) -> None:
         out = subprocess.run(["shellcheck", "-x", "-P", str(tmp_path / "opt/gpuforge/phases"), str(tmp_path / rel)],
                              capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, f"{rel}: {out.stdout}"
+
+
+def test_bootstrap_render_writes_the_head_nodes_user_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuforge.cli import main
+    from tests.slurm.conftest import PROJECT
+
+    proj = tmp_path / "proj"
+    (proj / "stacks").mkdir(parents=True)
+    shutil.copy(PROJECT / "Pulumi.yaml", proj / "Pulumi.yaml")
+    stack_file = (PROJECT / "stacks" / "Pulumi.cv-training.yaml").read_text()
+    slurm_stack_file = stack_file.replace("config:\n", "config:\n  gpuforge:scheduler: slurm\n", 1)
+    (proj / "stacks" / "Pulumi.cv-training.yaml").write_text(slurm_stack_file)
+    out = tmp_path / "head"
+    with pytest.raises(SystemExit) as ex:
+        main(["bootstrap", "render", "--stack", "cv-training", "--node", "cv-training-head", "--out", str(out),
+              "--project-dir", str(proj)])  # fmt: skip
+    assert ex.value.code == 0, capsys.readouterr().err
+    assert "phases: base -> slurm" in capsys.readouterr().out
+    assert "SlurmctldHost=cv-training-head" in (out / "etc/slurm/slurm.conf").read_text()
+    assert "apt_install munge slurmctld" in (out / "opt/gpuforge/phases/slurm.sh").read_text()
