@@ -18,6 +18,7 @@ slurmd drops a GPU gres without File= (src/interfaces/gres.c, _find_fileless_gre
 file-less GPU", seen here with Count= alone), so "declared without devices" cannot register;
 proctrack/linuxproc and task/none (no cgroup delegated to a namespace host); daemons run as
 root with state, logs and pid files under the bed's directory; NodeAddr per node (no DNS).
+slurmd runs configless (--conf-server), as on a stack's GPU nodes.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class SlurmBed:
                 slurmd_spool=str(self.root / "spool" / "%n"),
                 log_dir=str(self.root / "log"),
                 run_dir=str(self.root / "run"),
-                munge_socket=str(self.root / "munge" / "munge.socket"),
+                munge_socket=str(self.root / "munge" / "munge.socket.2"),
                 health_check_program=str(self.root / "bin" / "health-check"),
             ),
             node_addrs={h.name: h.ip for h in self.tb.hosts},
@@ -157,7 +158,7 @@ class SlurmBed:
         key.chmod(0o400)
         (self.root / "munge").chmod(0o700)
         pidfile = self.root / "munge" / "munged.pid"
-        _sh("munged", "--force", f"--socket={self.root}/munge/munge.socket", f"--key-file={key}",
+        _sh("munged", "--force", f"--socket={self.root}/munge/munge.socket.2", f"--key-file={key}",
             f"--pid-file={pidfile}", f"--log-file={self.root}/log/munged.log",
             f"--seed-file={self.root}/munge/seed")  # fmt: skip
         self.munged_pid = int(_wait_file(pidfile, "munged"))
@@ -181,8 +182,15 @@ class SlurmBed:
         _sh("nsenter", "-t", str(h.sshd_pid), "-m", "sh", "-c", f"mountpoint -q /sys/fs/cgroup || {{ {mounts}; }}")
         (h.dir / "pmix").mkdir(exist_ok=True)
         _sh("nsenter", "-t", str(h.sshd_pid), "-m", "mount", "--bind", str(h.dir / "pmix"), str(self.root / "pmix"))
-        _sh("nsenter", "-t", str(h.sshd_pid), "-n", "-u", "-m", "slurmd", "-f", self.env["SLURM_CONF"], "-N", h.name,
-            env={**self.env, "PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})  # fmt: skip
+        # Configless, as stacks run it (bootstrap slurm phase: --conf-server): slurmd fetches
+        # slurm.conf and the rest from slurmctld into its spool's conf-cache. Before it has them it
+        # knows only munged's default socket, so this host sees the bed's munge directory there.
+        # (/run/munge is munge's own directory; created empty when missing, and left.)
+        Path("/run/munge").mkdir(exist_ok=True)
+        _sh("nsenter", "-t", str(h.sshd_pid), "-m", "mount", "--bind", str(self.root / "munge"), "/run/munge")
+        _sh("nsenter", "-t", str(h.sshd_pid), "-n", "-u", "-m", "slurmd", "--conf-server",
+            f"{self.controller_addr}:{self.port}", "-N", h.name,
+            env={"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})  # fmt: skip
         self.pids.append(int(_wait_file(self.root / "run" / f"slurmd-{h.name}.pid", f"slurmd {h.name}",
                                         self.root / "log" / f"slurmd-{h.name}.log")))  # fmt: skip
 

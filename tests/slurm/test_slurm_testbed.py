@@ -41,7 +41,11 @@ def bed() -> Iterator[SlurmBed]:
 
 
 def test_the_rendered_conf_is_what_slurmctld_runs(bed: SlurmBed) -> None:
-    """slurmctld parsed gpuforge's slurm.conf/gres.conf/topology.conf and the nodes registered valid."""
+    """slurmctld parsed gpuforge's slurm.conf/gres.conf/topology.conf, the nodes fetched them
+    (configless) and registered valid."""
+    for h in bed.tb.hosts:
+        cached = bed.root / "spool" / h.name / "conf-cache"
+        assert {"slurm.conf", "gres.conf", "topology.conf"} <= {p.name for p in cached.iterdir()}, h.name
     show = bed.client("scontrol", "show", "node", "node1").stdout
     assert "Gres=gpu:a100:8" in show and "State=IDLE" in show and "RealMemory=500" in show, show
     topo = bed.client("scontrol", "show", "topology").stdout
