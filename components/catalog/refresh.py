@@ -87,6 +87,7 @@ ClientFactory = Callable[[str, str], Any]  # (service, region) -> boto3 client
 def _default_clients() -> ClientFactory:
     import boto3
     from botocore.config import Config
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 
     session = boto3.Session()
     if session.get_credentials() is None:
@@ -94,11 +95,27 @@ def _default_clients() -> ClientFactory:
             "catalog refresh needs AWS credentials and found none",
             "run `aws configure` or `aws sso login`, or set AWS_PROFILE / AWS_ACCESS_KEY_ID",
         )
-    # Bounded: two attempts, and timeouts, so a dead endpoint costs seconds, not minutes.
-    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=60)
+    # Bounded (issue 13 item 2): one call costs at most 2 x (5 + 20) s, and an endpoint that timed
+    # out or refused once is not asked again (its later calls fail at once and their fields are
+    # kept), so a stalled endpoint costs one call's bound, not one per region, type and page.
+    config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=20)
+    dead: dict[str, str] = {}
 
     def make(service: str, region: str) -> Any:
-        return session.client(service, region_name=region, config=config)  # type: ignore[call-overload]
+        client = session.client(service, region_name=region, config=config)  # type: ignore[call-overload]
+        url = str(client.meta.endpoint_url)
+
+        def before(**_: Any) -> None:
+            if url in dead:
+                raise EndpointConnectionError(endpoint_url=f"{url} (not asked again: {dead[url]})")
+
+        def after_error(exception: Exception, **_: Any) -> None:
+            if isinstance(exception, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError)):
+                dead.setdefault(url, str(exception))
+
+        client.meta.events.register("before-call", before)
+        client.meta.events.register("after-call-error", after_error)
+        return client
 
     return make
 

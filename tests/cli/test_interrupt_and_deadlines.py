@@ -114,3 +114,18 @@ def test_discover_against_a_stalled_endpoint_is_bounded(gf: Gf, tmp_path: Path, 
     took = time.monotonic() - start
     assert took < 45, f"--discover took {took:.0f} s against a stalled endpoint"
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_catalog_refresh_against_a_stalled_endpoint_is_bounded(gf: Gf, project: Path, tmp_path: Path,
+                                                               silent_port: int) -> None:
+    """Before: 60 s reads, retried, for every region, type and page: many minutes. Now one call's bound."""
+    env = base_env(**AWS_DUMMY, AWS_ENDPOINT_URL=f"http://127.0.0.1:{silent_port}")
+    out = tmp_path / "catalog"
+    start = time.monotonic()
+    r = gf("catalog", "refresh", "--regions", "us-east-1", "--out", str(out), cwd=project, env=env, timeout=200)
+    took = time.monotonic() - start
+    assert took < 90, f"refresh took {took:.0f} s against a stalled endpoint"
+    assert r.returncode == 1 and "no API answered, nothing was written" in r.stderr, r.stderr
+    assert "not asked again" in r.stderr  # one stalled call, then the endpoint is skipped
+    assert not out.exists() or not any(out.iterdir())
