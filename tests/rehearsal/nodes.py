@@ -78,10 +78,14 @@ print(value if "-n" in sys.argv else f"{KEY} = {value}")
 # A fresh Ubuntu instance runs apt-daily-upgrade/unattended-upgrades at boot, which holds the
 # dpkg and apt locks while cloud-init runs user data (canonical/cloud-init#2908). The rehearsal's
 # stand-in takes the same fcntl write locks apt takes (apt-pkg/contrib/fileutl.cc GetLock:
-# F_SETLK, F_WRLCK) before cloud-final starts, and keeps them for the given seconds.
+# F_SETLK, F_WRLCK) before cloud-final starts, and keeps them until the bootstrap's log says it
+# is waiting for them (then 5 s more), or for the given seconds at most: deterministic on a slow
+# machine, and a bootstrap that does not wait meets a held lock.
 HOLD_LOCKS = """#!/usr/bin/python3
 import fcntl, os, sys, time
 locks = ["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock"]
+log = "/var/log/gpuforge/bootstrap.log"
+start = os.path.getsize(log) if os.path.exists(log) else 0
 fds = [os.open(p, os.O_RDWR | os.O_CREAT, 0o640) for p in locks]
 r, w = os.pipe()
 if os.fork():
@@ -90,7 +94,17 @@ if os.fork():
 for fd in fds:
     fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 os.write(w, b"x")
-time.sleep(float(sys.argv[1]))
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    try:
+        with open(log) as f:
+            f.seek(start)
+            if "waiting for /var/lib/dpkg/lock" in f.read():
+                time.sleep(5)
+                break
+    except OSError:
+        pass
+    time.sleep(1)
 """
 STATUS = "var/lib/gpuforge/bootstrap-status.json"
 CLOUD_CFG = {
