@@ -49,8 +49,8 @@ from tests.rehearsal.mirror import MirrorServer, MirrorTree, SigningKey
 from tests.rehearsal.root import RootImage
 
 LOGIN_USER = "ubuntu"
-# The host kernel may lack the Yama LSM (this one does: no /proc/sys/kernel/yama), and a
-# container's /proc/sys is read-only and the host's. For kernel.yama.ptrace_scope only, this
+# A container's /proc/sys is the host's kernel (read-only under nspawn; a node must never change
+# the host), and this host has no Yama LSM at all. For kernel.yama.ptrace_scope only, this
 # stand-in keeps the node's own value as the kernel and systemd-sysctl would: a runtime write
 # lives until reboot (/run), at boot the last /etc/sysctl.d file naming the key wins (Ubuntu
 # ships 10-ptrace.conf with 1). Every other key goes to the real sysctl.
@@ -367,10 +367,9 @@ class Rehearsal:
             wants_link = root / "etc/systemd/system/multi-user.target.wants" / unit_file.name
             wants_link.parent.mkdir(parents=True, exist_ok=True)
             wants_link.symlink_to(f"/etc/systemd/system/{unit_file.name}")
-        if not Path("/proc/sys/kernel/yama/ptrace_scope").exists():
-            yama = root / "usr/local/sbin/sysctl"
-            yama.write_text(YAMA_SYSCTL)
-            yama.chmod(0o755)
+        yama = root / "usr/local/sbin/sysctl"  # on every host: with Yama, the host's value is not the node's
+        yama.write_text(YAMA_SYSCTL)
+        yama.chmod(0o755)
         (root / "etc/sysctl.d/10-ptrace.conf").write_text("kernel.yama.ptrace_scope = 1\n")  # as Ubuntu's procps ships it
         # The archive's signing key, trusted as an Ubuntu AMI trusts Ubuntu's (ubuntu-keyring).
         keyring = root / "etc/apt/trusted.gpg.d/gpuforge-rehearsal-archive.gpg"
