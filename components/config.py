@@ -512,7 +512,13 @@ def _check_egress(parsed: RawStackConfig, instance: InstanceType, fleet: FleetCo
     if not parsed.natGateway and not parsed.interfaceEndpoints:
         raise ConfigError(f"{PROJECT}:natGateway", "is false and interfaceEndpoints too: private nodes would have no way out",
                           "keep natGateway: true, or set interfaceEndpoints: true (and a package mirror for bootstrap)")
-    if not parsed.natGateway and parsed.kubernetes != "eks" and not parsed.mirror:
+    if not parsed.natGateway and parsed.kubernetes == "eks":
+        # EKS user guide, "Deploy private clusters with limited internet access": without outbound
+        # access every image must come from a registry in the VPC; the Kubernetes layer pulls from
+        # nvcr.io (device plugin, Triton) and public.ecr.aws (model fetch), which endpoints do not reach.
+        raise ConfigError(f"{PROJECT}:natGateway", "is false, but the EKS pods pull images from nvcr.io and "
+                          "public.ecr.aws, which no interface endpoint reaches", "keep natGateway: true on EKS")
+    if not parsed.natGateway and not parsed.mirror:
         raise ConfigError(f"{PROJECT}:natGateway", "is false, but bootstrap downloads packages from the internet",
                           f"keep natGateway: true, or set {PROJECT}:mirror to a package mirror the nodes reach")
 

@@ -87,8 +87,12 @@ def test_a_node_without_a_way_out_is_refused(cfg, key, hint) -> None:
     assert exc.value.key == key and hint in exc.value.render()
 
 
-def test_eks_with_endpoints_only_needs_no_nat() -> None:
-    cfg = parse_stack_config(eks_config(natGateway=False, interfaceEndpoints=True), "t")
+def test_eks_keeps_its_nat_gateway_and_endpoints_only_need_a_mirror() -> None:
+    # EKS private-cluster guide: without outbound access images must come from a registry in the VPC
+    with pytest.raises(ConfigError, match="nvcr.io"):
+        parse_stack_config(eks_config(natGateway=False, interfaceEndpoints=True), "t")
+    cfg = parse_stack_config(base_config(publicIps=False, natGateway=False, interfaceEndpoints=True,
+                                         mirror=["nvcr.io=registry.internal/nvcr"]), "t")
     assert not cfg.nat_gateway and cfg.interface_endpoints
 
 
