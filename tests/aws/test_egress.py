@@ -89,7 +89,7 @@ def test_a_node_without_a_way_out_is_refused(cfg, key, hint) -> None:
 
 def test_eks_keeps_its_nat_gateway_and_endpoints_only_need_a_mirror() -> None:
     # EKS private-cluster guide: without outbound access images must come from a registry in the VPC
-    with pytest.raises(ConfigError, match="nvcr.io"):
+    with pytest.raises(ConfigError, match=r"nvcr\.io"):
         parse_stack_config(eks_config(natGateway=False, interfaceEndpoints=True), "t")
     cfg = parse_stack_config(base_config(publicIps=False, natGateway=False, interfaceEndpoints=True,
                                          mirror=["nvcr.io=registry.internal/nvcr"]), "t")
