@@ -119,6 +119,22 @@ def render_plan(cfg: StackConfig, plan: NodePlan, v: Versions) -> RenderedBootst
     return RenderedBootstrap(user_data=data, files={USER_DATA_FILE: text, **files}, plan=plan)
 
 
+def mount_unit(path: str) -> str:
+    """The systemd mount unit of `path` (`systemd-escape --path --suffix=mount`, systemd's
+    unit_name_path_escape: '/' -> '-', bytes outside [A-Za-z0-9:_.] and a leading '.' -> \\xNN)."""
+    name = path.strip("/")
+    out = []
+    for i, byte in enumerate(name.encode()):
+        ch = chr(byte)
+        if ch == "/":
+            out.append("-")
+        elif (ch.isascii() and ch.isalnum()) or (ch in ":_." and not (i == 0 and ch == ".")):
+            out.append(ch)
+        else:
+            out.append(f"\\x{byte:02x}")
+    return ("".join(out) or "-") + ".mount"
+
+
 def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
     nccl = nccl_env(v, gpudirect_rdma=plan.gpudirect_rdma)
     return {
@@ -127,6 +143,10 @@ def _context(plan: NodePlan, v: Versions) -> dict[str, Any]:
         **{k: getattr(plan, k) for k in plan.__dataclass_fields__},
         "efa": plan.efa,
         "scratch": plan.nvme_count > 0,
+        "mount_units": [
+            mount_unit(m)
+            for m in ([plan.scratch_mount] if plan.nvme_count else []) + ([plan.data_volume.mount] if plan.data_volume else [])
+        ],
         "node_label": plan.node_name or "the node named by its Name tag",
         "nccl_deb": plan.cuda.nccl,
         "base_packages": BASE_PACKAGES,

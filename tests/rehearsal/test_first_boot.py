@@ -168,6 +168,9 @@ def test_a_reboot_is_a_no_op_for_bootstrap(rehearsal: Rehearsal, healthy: Booted
     assert [c for c in changes if c not in no_udev] == [], f"a reboot changed the node: {changes}"
     again = rehearsal.mirror.downloads(healthy.node.ip)[before:]
     assert again == [], [a.path for a in again]
+    # The node's own systemd orders the boot-time run after the nofail scratch/data mount jobs.
+    after = rehearsal.ssh(healthy.node, "systemctl show -p After gpuforge-bootstrap.service").stdout
+    assert {"scratch.mount", "data.mount"} <= set(after.strip().removeprefix("After=").split()), after
 
 
 def test_a_failed_driver_install_names_the_phase_and_validate_fails_the_node(
