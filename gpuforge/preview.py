@@ -99,8 +99,8 @@ def run_preview(project_dir: Path, stack: str, policies: bool = False) -> Previe
         )
     if policies:  # the guardrail pack (policy/), over the graph just recorded
         from components.fleet import guardrails
+        from components.teams import load_teams_reporting
         from gpuforge.policycheck import check_graph
-        from gpuforge.teams import load_teams_reporting
         from policy.policies import POLICIES
 
         # Quotas from this project's team files, the same files `stack new` reads. A broken file

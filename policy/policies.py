@@ -134,7 +134,7 @@ def spot_max_price(resources: list[Any]) -> float | None:
 
 def teams_config(directory: Path = TEAMS_DIR) -> dict[str, Any]:
     """Policy config from the team data files: {team: gpu_quota}, and the headroom to keep."""
-    from gpuforge.teams import load_teams
+    from components.teams import load_teams
 
     quotas = {name: team.gpu_quota for name, team in load_teams(directory).items()}
     return {"teamQuotas": quotas, "headroomFraction": guardrails()["quota"]["headroom_fraction"]}

@@ -20,10 +20,10 @@ from common.table import Column, Rows, emit, format_option
 from components.catalog import did_you_mean, load_catalog
 from components.config import parse_stack_config
 from components.profiles import load_profile, profile_names
+from components.teams import TEAMS_DIR, Team, load_team
 from gpuforge.commands.options import complete_profiles, complete_teams, project_dir_option
 from gpuforge.pulumi_conformance import require_conformance
 from gpuforge.stackfile import load_stack_config
-from gpuforge.teams import TEAMS_DIR, Team, load_team
 
 TEMPLATE = "team-stack.yaml.j2"
 TRAINING_RECIPES = ("training", "hpc")
