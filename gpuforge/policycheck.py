@@ -50,7 +50,7 @@ def check_graph(resources: list[Any], config: dict[str, Any] | None = None) -> l
     custom = sorted((r for r in resources if r.custom and r.type != STACK_TYPE), key=lambda r: r.urn)
     names = {r.urn: r.name for r in custom}
     found: list[Violation] = []
-    policy_resources = [PolicyResource(r.type, r.inputs, r.urn, r.name, _opts(), None, None, [], {}) for r in custom]
+    policy_resources = _policy_resources(custom)
     for policy in POLICIES:
         validate: Any = getattr(policy, "validate", None)
         callbacks = validate if isinstance(validate, list) else [validate]
@@ -64,6 +64,18 @@ def check_graph(resources: list[Any], config: dict[str, Any] | None = None) -> l
             for cb in callbacks:
                 cb(stack_args, _reporter(found, policy.name, lambda urn: names.get(urn or "")))
     return sorted(found, key=lambda v: (v.policy, v.resource or "", v.message))
+
+
+def _policy_resources(custom: list[Any]) -> list[PolicyResource]:
+    """The stack policies' view of the graph, with dependencies and property dependencies linked
+    to the resource objects as pulumi_policy's AnalyzeStack does (policy.py, pulumi-policy 1.21.0)."""
+    by_urn = {r.urn: PolicyResource(r.type, r.inputs, r.urn, r.name, _opts(), None, None, [], {}) for r in custom}
+    for r in custom:
+        res = by_urn[r.urn]
+        res.dependencies = [by_urn[u] for u in r.dependencies if u in by_urn]
+        for prop, urns in getattr(r, "property_dependencies", ()):
+            res.property_dependencies[prop] = [by_urn[u] for u in urns if u in by_urn]
+    return list(by_urn.values())
 
 
 def _reporter(found: list[Violation], policy: str, resource_of: Any) -> Any:

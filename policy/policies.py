@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import ipaddress
 import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
@@ -25,8 +26,10 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
+from pulumi_policy.proxy import UnknownValueError
 
 from components.catalog import load_catalog
+from components.config import internet_wide
 from components.cost import HOURS_30_DAYS
 from components.costplan import load_platform_prices
 from components.fleet import guardrails
@@ -41,6 +44,9 @@ INSTANCE = "aws:ec2/instance:Instance"
 ASG = "aws:autoscaling/group:Group"
 EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 EKS_CLUSTER = "aws:eks/cluster:Cluster"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -217,6 +223,139 @@ def _tags_present(args: ResourceValidationArgs, report: ReportViolation) -> None
 # --- stack policies -------------------------------------------------------------------------
 
 
+def _known(props: Mapping[str, Any], key: str) -> Any:
+    """props[key], or None while preview cannot know it. The analyzer wraps inputs in a proxy
+    that raises UnknownValueError on an unknown value, and an uncaught one in a stack policy
+    skips the whole policy with an advisory note (pulumi_policy/policy.py AnalyzeStack)."""
+    try:
+        return props.get(key)
+    except UnknownValueError:
+        return None
+
+
+def _ssh_cidrs(p: Mapping[str, Any], protocol_key: str, v4_key: str, v6_key: str) -> list[str]:
+    """The CIDRs one rule (resource inputs or an inline block) opens tcp/22 to; none if unknown."""
+    try:
+        if not _covers_ssh(p.get("fromPort"), p.get("toPort"), p.get(protocol_key)):
+            return []
+        out: list[str] = []
+        for key in (v4_key, v6_key):
+            value = p.get(key)
+            out += [value] if isinstance(value, str) else [str(c) for c in value or []]
+        return out
+    except UnknownValueError:
+        return []
+
+
+def _group_of(rule: Any) -> tuple[str, str, str]:
+    """(join key, name for messages, URN to report on) of the security group a rule resource adds to.
+
+    A new group's id is unknown during a real preview, so the engine's property dependency of
+    `securityGroupId` is the join; a literal id (an existing group) is the fallback; a rule with
+    neither stands alone."""
+    deps = [d for d in (rule.property_dependencies or {}).get("securityGroupId", []) if d.resource_type == SECURITY_GROUP]
+    if deps:
+        return deps[0].urn, deps[0].name, deps[0].urn
+    group_id = _known(rule.props, "securityGroupId")
+    if isinstance(group_id, str) and group_id:
+        return f"id:{group_id}", group_id, rule.urn
+    return rule.urn, rule.name, rule.urn
+
+
+def _family(cidrs: list[str], version: int) -> list[str]:
+    """The valid CIDRs of one IP version, deduplicated, in address order (as a reader lists them)."""
+    nets: dict[str, Any] = {}
+    for c in cidrs:
+        try:
+            net = ipaddress.ip_network(c, strict=False)
+        except ValueError:
+            continue  # not a CIDR (EC2 refuses it); nothing to add to the union
+        if net.version == version:
+            nets[c] = net
+    return sorted(nets, key=lambda c: nets[c])
+
+
+def _member_groups(r: Any) -> list[str]:
+    """Join keys of the security groups a node resource (instance, launch template, network
+    interface) attaches: property dependencies on group resources, and literal group ids."""
+    keys: list[str] = []
+    for prop in ("vpcSecurityGroupIds", "securityGroups", "networkInterfaces"):
+        keys += [d.urn for d in (r.property_dependencies or {}).get(prop, []) if d.resource_type == SECURITY_GROUP]
+    ids: list[Any] = []
+    for prop in ("vpcSecurityGroupIds", "securityGroups"):
+        ids += _known_list(r.props, prop)
+    for nic in _known_list(r.props, "networkInterfaces"):
+        if isinstance(nic, Mapping):
+            ids += _known_list(nic, "securityGroups")
+    keys += [f"id:{i}" for i in ids if isinstance(i, str)]
+    return list(dict.fromkeys(keys))
+
+
+def _known_list(props: Mapping[str, Any], key: str) -> list[Any]:
+    """The known elements of a list input (unknown ones, or an unknown list, left out)."""
+    value = _known(props, key)
+    if not isinstance(value, Iterable) or isinstance(value, (str, Mapping)):
+        return []
+    out = []
+    for i in range(len(value)):  # type: ignore[arg-type]
+        try:
+            out.append(value[i])  # type: ignore[index]
+        except UnknownValueError:
+            continue
+    return out
+
+
+def _no_public_ssh_union(args: StackValidationArgs, report: ReportViolation) -> None:
+    """The union of every CIDR that opens tcp/22, per security group and per node.
+
+    EC2 allows a packet if any rule of any group on the interface allows it, so 0.0.0.0/1 and
+    128.0.0.0/1 in two rules of one group, or in two groups on one node, is 0.0.0.0/0. A group
+    is reported when its own rules cover a whole address family; a node (instance, launch
+    template, network interface) when only its groups together do. A single rule that is itself
+    0.0.0.0/0 or ::/0 is no-public-ssh's finding and is not reported twice."""
+    groups: dict[str, tuple[str, str, list[str]]] = {}
+
+    def add(key: str, name: str, urn: str, cidrs: list[str]) -> None:
+        if cidrs:
+            groups.setdefault(key, (name, urn, []))[2].extend(cidrs)
+
+    for r in args.resources:
+        if r.resource_type == SECURITY_GROUP:
+            for block in _known_list(r.props, "ingress"):
+                add(r.urn, r.name, r.urn, _ssh_cidrs(block, "protocol", "cidrBlocks", "ipv6CidrBlocks"))
+        elif r.resource_type == INGRESS_RULE:
+            add(*_group_of(r), _ssh_cidrs(r.props, "ipProtocol", "cidrIpv4", "cidrIpv6"))
+        elif r.resource_type == SG_RULE and _known(r.props, "type") == "ingress":
+            add(*_group_of(r), _ssh_cidrs(r.props, "protocol", "cidrBlocks", "ipv6CidrBlocks"))
+    fix = "list your own CIDRs in gpuforge:sshCidrs, or use SSM Session Manager"
+    wide_alone: set[tuple[str, int]] = set()  # (group, IP version) that open a whole family by themselves
+    for key, (name, urn, cidrs) in groups.items():
+        for version in (4, 6):
+            family = _family(cidrs, version)
+            wide = internet_wide(family)
+            if wide is None:
+                continue
+            wide_alone.add((key, version))
+            if not OPEN & set(family):
+                report(f"security group {name}: its rules together open SSH (tcp/22) to the whole internet ({wide}); {fix}", urn)
+    for r in args.resources:
+        if r.resource_type in (SECURITY_GROUP, INGRESS_RULE, SG_RULE):
+            continue
+        attached = [k for k in _member_groups(r) if k in groups]
+        if len(attached) < 2:
+            continue
+        for version in (4, 6):
+            if any((k, version) in wide_alone for k in attached):
+                continue  # already reported on the group
+            wide = internet_wide(_family([c for k in attached for c in groups[k][2]], version))
+            if wide is not None:
+                names = ", ".join(groups[k][0] for k in attached)
+                report(
+                    f"{r.name}: its security groups ({names}) together open SSH (tcp/22) to the whole internet ({wide}); {fix}",
+                    r.urn,
+                )
+
+
 def _efa_placement_one_az(args: StackValidationArgs, report: ReportViolation) -> None:
     res = args.resources
     efa_lts = [
@@ -352,6 +491,12 @@ RESOURCE_POLICIES = [
 STACK_POLICIES = [
     StackValidationPolicy(
         "efa-placement-one-az", "Multi-node EFA in one cluster placement group, one AZ", _efa_placement_one_az, MANDATORY
+    ),
+    StackValidationPolicy(
+        "no-public-ssh-union",
+        "SSH is not open to the internet through several rules of one security group together",
+        _no_public_ssh_union,
+        MANDATORY,
     ),
     StackValidationPolicy("storage-same-az", "Co-located storage in the nodes' AZ ID", _storage_same_az, MANDATORY),
     StackValidationPolicy(

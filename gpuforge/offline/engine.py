@@ -38,6 +38,9 @@ class Registered:
     custom: bool
     inputs: dict[str, Any]
     dependencies: tuple[str, ...]
+    # (input name, URNs it was computed from): the engine's propertyDependencies, which the real
+    # policy analyzer hands stack policies as PolicyResource.property_dependencies
+    property_dependencies: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass
@@ -86,6 +89,7 @@ class RecordingMonitor(MockMonitor):
                     custom=bool(request.custom),
                     inputs=_ints(inputs),
                     dependencies=tuple(request.dependencies),
+                    property_dependencies=tuple((k, tuple(v.urns)) for k, v in sorted(request.propertyDependencies.items())),
                 )
             )
         return resp

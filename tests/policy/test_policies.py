@@ -24,7 +24,7 @@ def violations(resources: list[Any], policy: str) -> list[str]:
 
 def test_the_pack_has_the_issues_guardrails() -> None:
     assert {p.name for p in POLICIES} == {
-        "no-public-ssh", "encryption-on", "imdsv2-only", "cost-tags",
+        "no-public-ssh", "no-public-ssh-union", "encryption-on", "imdsv2-only", "cost-tags",
         "efa-placement-one-az", "storage-same-az", "gpu-quota", "budget-present",
     }  # fmt: skip
 
