@@ -29,7 +29,7 @@ FAKE = Path(__file__).resolve().parent / "fakes" / "fake"
 FAKED = (
     "apt-get", "apt-mark", "dpkg-query", "nvidia-smi", "nv-fabricmanager", "systemctl", "hostnamectl", "modprobe",
     "mdadm", "mkfs.ext4", "blkid", "findmnt", "mount", "mountpoint", "gpg", "curl", "docker", "nvidia-ctk",
-    "make", "dpkg", "ldconfig", "update-initramfs", "sysctl",
+    "make", "dpkg", "ldconfig", "update-initramfs", "sysctl", "ip",
 )  # fmt: skip
 REAL = (
     "bash", "sh", "tar", "gzip", "sha256sum", "sha512sum", "md5sum", "python3", "flock", "sleep", "seq", "readlink",
@@ -178,6 +178,13 @@ class Sandbox:
             disk(f"nvme{i + 1}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i:016X}")
         if self.cfg.profile.storage.data_volume is not None and self.env_overrides.get("FAKE_NO_DATA_VOLUME") != "1":
             disk(f"nvme{n_store + 1}n1", "nvme-Amazon_Elastic_Block_Store_vol0data1234567890ab")
+        # The primary interface as the kernel shows it at first boot: EC2's default MTU 9001
+        # (the fake's IMDS meta-data/mac answers this MAC), and docker's bridge beside it.
+        for ifname, mac, mtu in (("ens5", "0a:1b:2c:3d:4e:5f", 9001), ("docker0", "02:42:ac:11:00:01", 1500)):
+            net = self.root / "sys/class/net" / ifname
+            net.mkdir(parents=True)
+            (net / "address").write_text(mac + "\n")
+            (net / "mtu").write_text(f"{mtu}\n")
 
     def env(self) -> dict[str, str]:
         env = {
