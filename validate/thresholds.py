@@ -23,6 +23,7 @@ import yaml
 
 from common.results import CheckResult, Level, atomic_write
 from validate.checks import Expectations
+from validate.system import ENA_EXPRESS_MTU
 
 DATA_FILE = Path(__file__).resolve().parent / "data" / "thresholds.yaml"
 BASELINE_SCHEMA = 1
@@ -144,6 +145,11 @@ def build_expectations(
         _put_nccl(put, it.name)
     for key, value in (overrides or {}).items():
         put(key, value, "inventory")
+    if values.get("ena_express") and values.get("ena_express_supported"):
+        # The bootstrap sets MTU 8900 on ENA Express nodes (validate.system.ENA_EXPRESS_MTU); the
+        # check and the path-MTU probe expect that, not more.
+        if values.get("mtu") is None or int(values["mtu"]) > ENA_EXPRESS_MTU[1]:
+            put("mtu", ENA_EXPRESS_MTU[1], "ENA Express: SRD carries packets of up to MTU 8900 (EC2 User Guide)")
     return _to_expectations(values, sources)
 
 
