@@ -80,7 +80,7 @@ class NodePlan:
     munge_parameter: str | None = None
     hosts_parameter: str | None = None
     slurm_daemon: str = "slurmd"  # slurmctld on the head node (bootstrap/slurm_head.py)
-    ena_express: bool = False  # gpuforge:enaExpress: MTU 8900 on the primary interface (phases/ena-express.sh.j2)
+    ena_express: bool = False  # gpuforge:enaExpress: the base phase sets MTU 8900 on the primary interface
 
     @property
     def efa(self) -> bool:
@@ -181,8 +181,6 @@ def plan_node(
     efa_interfaces = inst.efa_interfaces if nccl else 0
     dv = profile.storage.data_volume
     phases = [Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the inventory name")]
-    if cfg.ena_express:
-        phases.append(Phase("ena-express", "MTU 8900 on the primary interface: ENA Express carries no larger packets"))
     if inst.nvme_count:
         phases.append(Phase("scratch", f"{inst.nvme_count} instance-store NVMe disk(s) -> {profile.storage.scratch_mount}"))
     if dv is not None:

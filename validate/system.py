@@ -16,7 +16,7 @@ NETWORK_TOOLS = ("iperf3", "ping", "ss", "timeout")
 # ENA Express (SRD) carries packets of up to MTU 8900; larger ones go by plain ENA and its lower
 # per-flow limit. 8800-8900 is what AWS's checker calls good (MTU_RECOMMENDED_MIN/MAX in
 # amzn/amzn-ec2-ena-utilities ena-express/check-ena-express-settings.sh @ 6ecb14cf1dc3; EC2 User
-# Guide, ENA Express prerequisites). The bootstrap sets 8900 (phases/ena-express.sh.j2).
+# Guide, ENA Express prerequisites). The bootstrap sets 8900 (phases/base.sh.j2, with enaExpress).
 ENA_EXPRESS_MTU = (8800, 8900)
 
 
@@ -133,7 +133,7 @@ class MtuCheck(NodeCheck[dict[str, int]]):
             measurement,
             want,
             f"no interface has MTU {lo}-{hi}: ENA Express carries no packet over {hi} bytes, so TCP falls back to "
-            f"plain ENA and its per-flow limit; set MTU {hi} on the primary interface (the bootstrap's ena-express phase)",
+            f"plain ENA and its per-flow limit; set MTU {hi} on the primary interface (gpuforge:enaExpress does)",
         )
 
 

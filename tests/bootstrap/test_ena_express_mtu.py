@@ -15,14 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from bootstrap.render import EC2_USER_DATA_LIMIT
 from components.config import StackConfig, parse_stack_config
 from components.userdata import stack_user_data
 from gpuforge.stackfile import load_stack_config
 from tests.bootstrap.bootstrap_sandbox import Sandbox
 
 PROJECT = Path(__file__).resolve().parents[2]
-PHASE = "opt/gpuforge/phases/ena-express.sh"
-DROP_IN = "etc/netplan/60-gpuforge-ena-express.yaml"
+BASE = "opt/gpuforge/phases/base.sh"  # the step lives in the base phase: no phase file of its own (user data is 16 KB)
+SELF_CHECK = "opt/gpuforge/phases/self-check.sh"
+DROP_IN = "etc/netplan/60-gpuforge-ena.yaml"
 # netplan's generator as Debian and Ubuntu ship it (netplan.io; scripts/setup.sh installs it).
 NETPLAN_GENERATE = next((p for p in ("/usr/libexec/netplan/generate", "/lib/netplan/generate") if Path(p).exists()), None)
 
@@ -42,28 +44,31 @@ def test_render_has_the_mtu_step_and_its_self_check_only_with_ena_express(
 ) -> None:
     for node in ("cv-training-node01", None):
         files = stack_user_data(ena_cfg, node).files
-        phase = files[PHASE]
-        assert 'ip link set dev "$dev" mtu 8900' in phase
-        assert "/etc/netplan/60-gpuforge-ena-express.yaml" in phase
-        assert "ENA Express needs 8900" in files["opt/gpuforge/phases/self-check.sh"]
-        plan = stack_user_data(ena_cfg, node).plan
-        assert plan is not None and [p.name for p in plan.phases][:2] == ["base", "ena-express"]
+        base = files[BASE]
+        assert 'ip link set "${d##*/}" mtu 8900' in base
+        assert "f=$R/" + DROP_IN in base
+        assert "ENA Express NIC MTU is not 8900" in files[SELF_CHECK]
     off = ena_cfg.model_copy(update={"ena_express": False})
     for cfg in (off, *stack_cfg.values()):
         files = stack_user_data(cfg, None).files
-        assert PHASE not in files
         assert not [rel for rel, text in files.items() if "8900" in text or "netplan" in text], "nothing without enaExpress"
+
+
+def test_ena_express_spot_training_still_fits_ec2(ena_cfg: StackConfig) -> None:
+    spot = ena_cfg.model_copy(update={"fleet": ena_cfg.fleet.model_copy(update={"purchase_option": "spot"})})
+    for node in ("cv-training-node01", None):
+        assert len(stack_user_data(spot, node, account_id="123456789012").user_data) <= EC2_USER_DATA_LIMIT
 
 
 def test_ena_express_scripts_pass_shellcheck(ena_cfg: StackConfig, tmp_path: Path) -> None:
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed (scripts/setup.sh adds it)")
     files = stack_user_data(ena_cfg, None).files
-    for rel in ("opt/gpuforge/lib.sh", PHASE, "opt/gpuforge/phases/self-check.sh"):
+    for rel in ("opt/gpuforge/lib.sh", BASE, SELF_CHECK):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(files[rel])
     out = subprocess.run(
-        ["shellcheck", "-x", "-P", "SCRIPTDIR", "-S", "style", "-f", "gcc", PHASE, "opt/gpuforge/phases/self-check.sh"],
+        ["shellcheck", "-x", "-P", "SCRIPTDIR", "-S", "style", "-f", "gcc", BASE, SELF_CHECK],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
@@ -76,12 +81,12 @@ def test_phase_sets_mtu_persistently_then_a_rerun_changes_nothing(ena_cfg: Stack
     net = sb.root / "sys/class/net"
     assert (net / "ens5/mtu").read_text().strip() == "8900"
     assert (net / "docker0/mtu").read_text().strip() == "1500", "only the ENA Express interface"
-    assert ["ip", "link", "set", "dev", "ens5", "mtu", "8900"] in sb.calls()
+    assert ["ip", "link", "set", "ens5", "mtu", "8900"] in sb.calls()
     drop_in = sb.root / DROP_IN
     assert drop_in.read_text() == "network: {version: 2, ethernets: {ens5: {mtu: 8900}}}\n"
     assert drop_in.stat().st_mode & 0o777 == 0o600, "netplan warns about (and may refuse) readable files"
-    phases = {p["name"]: p for p in sb.status()["phases"]}
-    assert phases["ena-express"]["changed"] and phases["self-check"]["state"] == "succeeded"
+    assert "[base] changed: MTU 8900" in sb.log()
+    assert {p["name"]: p["state"] for p in sb.status()["phases"]}["self-check"] == "succeeded"
 
     second = sb.run()
     assert second.returncode == 0, second.stderr
@@ -96,19 +101,19 @@ def test_self_check_fails_when_the_mtu_did_not_stick(ena_cfg: StackConfig, tmp_p
     # As if networkd re-applied the DHCP-offered 9001 after the bootstrap set 8900.
     (sb.root / "sys/class/net/ens5/mtu").write_text("9001\n")
     out = subprocess.run(
-        [str(sb.root / "opt/gpuforge/phases/self-check.sh")], env=sb.env(), capture_output=True, text=True,
+        [str(sb.root / SELF_CHECK)], env=sb.env(), capture_output=True, text=True,
         timeout=60, check=False,
     )  # fmt: skip
     assert out.returncode != 0
-    assert "primary interface MTU 9001, ENA Express needs 8900" in out.stderr
+    assert "ENA Express NIC MTU is not 8900" in out.stderr
 
 
 def test_phase_fails_clearly_when_no_interface_has_the_primary_mac(ena_cfg: StackConfig, tmp_path: Path) -> None:
     sb = Sandbox(tmp_path, ena_cfg, "n1", env_overrides={"FAKE_MAC": "0a:ff:ff:ff:ff:ff"})
     assert sb.run().returncode != 0
     failed = [p for p in sb.status()["phases"] if p["state"] == "failed"]
-    assert [p["name"] for p in failed] == ["ena-express"]
-    assert "no interface has MAC 0a:ff:ff:ff:ff:ff" in sb.log()
+    assert [p["name"] for p in failed] == ["base"]
+    assert "no NIC has the IMDS MAC" in sb.log()
 
 
 @pytest.mark.skipif(NETPLAN_GENERATE is None, reason="netplan.io not installed (scripts/setup.sh --with-test-hosts adds it)")
