@@ -207,3 +207,28 @@ def test_versions_manifest_errors_name_the_entry(tmp_path: Path) -> None:
         load_versions(bad)
     v = load_versions()
     assert v.efa_installer.sha256 and v.aws_ofi_nccl.sha512, "downloads that run as root carry digests"
+
+
+def test_node_scripts_carry_no_full_line_comments_but_keep_what_runs() -> None:
+    """Comments stay in the templates; on the node they would cost user data (EC2: 16 KB gzipped).
+    The shebang, shellcheck directives, the pointer to the template, line-end comments and a '#'
+    that is not at the start of a line (${#a[@]}, a URL fragment) stay."""
+    from bootstrap.render import strip_shell_comments
+
+    script = (
+        "#!/bin/bash\n"
+        "# Rendered from bootstrap/templates/x.j2 -- edit the template, not this output.\n"
+        "# why this phase exists\n"
+        "  # an indented why\n"
+        "#\n"
+        "# shellcheck disable=SC2016 # literal\n"
+        'n=${#a[@]}  # count\n'
+        "curl https://h/p#frag\n"
+    )
+    assert strip_shell_comments(script) == (
+        "#!/bin/bash\n"
+        "# Rendered from bootstrap/templates/x.j2 -- edit the template, not this output.\n"
+        "# shellcheck disable=SC2016 # literal\n"
+        'n=${#a[@]}  # count\n'
+        "curl https://h/p#frag\n"
+    )

@@ -1,6 +1,4 @@
-# gpuforge bootstrap library, sourced by the runner and every phase.
 # Rendered from bootstrap/templates/lib.sh.j2 -- edit the template, not this output.
-# GPUFORGE_ROOT prefixes every path so the tests can run the phases in a temp root.
 # shellcheck shell=bash disable=SC2034 # GF, LOG and STATUS are used by the scripts that source this
 set -Eeuo pipefail
 R="${GPUFORGE_ROOT:-}"
@@ -12,20 +10,13 @@ PHASE="${GPUFORGE_PHASE:-runner}"
 export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '%s [%s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$PHASE" "$*" >&2; }
-# die records why, so the runner can put it in the status file, then fails the phase.
-# The first reason recorded in a phase wins: with `set -E` a `die` (or a failing command) inside
-# a subshell fires the trap again in its parent ("exit 1 from: ( ... )"), which must not
-# overwrite the specific reason. The runner removes last-error before each phase.
 die() { log "FAILED: $*"; [ -s "$STATE/last-error" ] || printf '%s\n' "$*" >"$STATE/last-error"; exit 1; }
 trap 'die "exit $? from: $BASH_COMMAND (line $LINENO)"' ERR
-# A phase that changed the node says so; a second run must leave every phase unchanged.
 changed() { log "changed: $*"; touch "$STATE/changed"; }
 
-# Phases record what they found with `observe KEY VALUE`; the runner puts it in the status file.
 observe() { mkdir -p "$STATE/observed"; printf '%s' "$2" >"$STATE/observed/$1"; }
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
-# installed PKG [VERSION]: true when PKG is installed (at exactly VERSION if given).
 installed() {
   local got
   got=$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$1" 2>/dev/null) || return 1
@@ -33,13 +24,6 @@ installed() {
   [ -z "${2:-}" ] || [ "${got#* }" = "$2" ]
 }
 
-# The dpkg lock. At first boot unattended-upgrades (apt-daily*.service) often holds it, and a
-# plain apt-get then exits 100 at once (canonical/cloud-init#2908). apt waits for the dpkg
-# frontend lock when DPkg::Lock::Timeout is set (the base phase also writes it to apt.conf.d,
-# so the EFA installer's own apt-get calls wait too), but apt-get update does not wait for the
-# lists lock with it, nor does dpkg or apt-mark (checked with apt 2.6's apt-get against a held
-# lock, tests/bootstrap/test_dpkg_lock.py). lock_wait covers those: it asks with F_GETLK, as
-# apt and dpkg take these fcntl locks, without taking them itself.
 LOCK_WAIT_S="${GPUFORGE_LOCK_WAIT_S:-1800}"
 APT_LOCK=(-o "DPkg::Lock::Timeout=$LOCK_WAIT_S")
 lock_wait() {
@@ -89,7 +73,6 @@ apt_update() {
   die "apt-get update failed 3 times"
 }
 
-# apt_install PKG[=VERSION]...: installs only what is missing, so a second run installs nothing.
 apt_install() {
   local missing=() spec
   for spec in "$@"; do
@@ -104,7 +87,6 @@ apt_install() {
   changed "installed ${missing[*]}"
 }
 
-# hold PKG...: keep apt (and unattended-upgrades) from moving pinned packages.
 hold() {
   local held
   held=$(apt-mark showhold)
@@ -117,9 +99,6 @@ hold() {
   done
 }
 
-# IMDSv2 only (the launch template requires tokens). Every call is bounded: an IMDS that
-# accepts the connection and never answers must fail the call, not hang the boot (or the
-# spot watcher's 5-second poll). GPUFORGE_IMDS lets a rehearsal serve its own stand-in.
 IMDS="${GPUFORGE_IMDS:-http://169.254.169.254}"
 imds() {
   local token
@@ -127,7 +106,6 @@ imds() {
   curl -sf --connect-timeout 2 --max-time 5 -H "X-aws-ec2-metadata-token: $token" "$IMDS/latest/$1"
 }
 
-# fetch URL FILE [sha256|sha512 DIGEST]: download, then refuse a file whose digest differs.
 fetch() {
   curl -fsSL --retry 5 --retry-delay 3 --max-time 600 -o "$2" "$1"
   if [ -n "${4:-}" ]; then
@@ -137,7 +115,6 @@ fetch() {
   fi
 }
 
-# apt_key URL FINGERPRINT NAME: install a repository key only if it is the pinned one.
 apt_key() {
   local tmp="$STATE/$3.key" dest="$R/etc/apt/keyrings/$3.gpg"
   [ -s "$dest" ] && return 0
@@ -149,7 +126,6 @@ apt_key() {
   changed "trusted key $3"
 }
 
-# put FILE CONTENT: write a config file only when its content differs (never append blindly).
 put() {
   if [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; then return 0; fi
   mkdir -p "$(dirname "$1")"
@@ -157,8 +133,6 @@ put() {
   changed "wrote ${1#"$R"}"
 }
 
-# link FILE DIR: DIR/<name of FILE> -> FILE as a relative symlink (valid under $R and on the
-# node alike), made only when missing or pointing elsewhere.
 link() {
   local dst="$2/${1##*/}" rel
   rel=$(realpath -m --relative-to="$2" "$1")

@@ -1,10 +1,7 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/fabric-manager.sh.j2 -- edit the template, not this output.
-# Phase fabric-manager: fabric manager for the NVSwitch board, same version as the driver
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# NVSwitch boards (p4de.24xlarge) need the fabric manager, at exactly the driver's version,
-# before CUDA can use the GPUs.
 apt_install nvidia-fabricmanager-550=550.90.07-1
 hold nvidia-fabricmanager-550
 drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | sort -u)

@@ -1,10 +1,7 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/scratch.sh.j2 -- edit the template, not this output.
-# Phase scratch: 8 instance-store NVMe disk(s) -> /scratch
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# Instance-store NVMe disks show up under their model name; their contents vanish on stop/start,
-# so the array is rebuilt when missing (the boot-time unit reruns this phase).
 mnt=/scratch
 mapfile -t disks < <(for l in "$R"/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do
   [ -e "$l" ] && [[ $l != *-part* ]] && readlink -f "$l"; done | sort -u)
@@ -19,7 +16,6 @@ fi
 blkid -p "$dev" >/dev/null 2>&1 || { mkfs.ext4 -q -F -L gpuforge-scratch -E nodiscard "$dev"; changed "formatted $dev"; }
 uuid=$(blkid -s UUID -o value "$dev")
 mkdir -p "$R$mnt"
-# Drop a stale entry from a previous array (new disks after stop/start get a new UUID).
 line="UUID=$uuid $mnt ext4 defaults,nofail,noatime,x-systemd.device-timeout=10s 0 2"
 grep -q "^UUID=$uuid " "$R/etc/fstab" || {
   grep -v "[[:space:]]${mnt}[[:space:]]" "$R/etc/fstab" >"$R/etc/fstab.gpuforge-tmp" || true

@@ -1,6 +1,5 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/containers.sh.j2 -- edit the template, not this output.
-# Phase containers: docker with nvidia-container-toolkit configured
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
 apt_install docker.io

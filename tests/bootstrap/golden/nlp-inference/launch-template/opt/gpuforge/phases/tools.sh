@@ -1,9 +1,7 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/tools.sh.j2 -- edit the template, not this output.
-# Phase tools: validation tools: iperf3, DCGM
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# Tools `gpuforge validate` runs on the node: iperf3, DCGM.
 apt_install iperf3 datacenter-gpu-manager=1:3.3.6
 hold datacenter-gpu-manager
 systemctl is-enabled nvidia-dcgm >/dev/null 2>&1 || { systemctl enable nvidia-dcgm; changed "enabled DCGM"; }

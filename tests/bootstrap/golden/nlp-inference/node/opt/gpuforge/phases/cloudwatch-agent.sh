@@ -1,17 +1,12 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/cloudwatch-agent.sh.j2 -- edit the template, not this output.
-# Phase cloudwatch-agent: CloudWatch agent publishing NVIDIA GPU metrics for the idle-GPU alarm
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# The idle-GPU alarm reads what this agent publishes (config: /etc/gpuforge/cloudwatch-agent.json, rendered from
-# components/monitoring.py, the same data the alarm is declared from). Without it the alarm
-# only ever sees INSUFFICIENT_DATA.
 cwa="$R/opt/aws/amazon-cloudwatch-agent"
 ver=1.300072.0b1766
 fpr=937616F3450B7D806CBD9725D58167303B789C72
 if [ "$(cat "$cwa/bin/CWAGENT_VERSION" 2>/dev/null)" != "$ver" ]; then
   tmp=$(mktemp -d "$STATE/cwagent.XXXXXX")
-  # AWS publishes a detached signature, no digest: trust the pinned key only, then the signature.
   get() { curl -fsSL --retry 5 --retry-delay 3 --max-time 600 -o "$tmp/$1" "$2"; }
   get key.gpg https://amazoncloudwatch-agent.s3.amazonaws.com/assets/amazon-cloudwatch-agent.gpg
   get agent.deb https://amazoncloudwatch-agent.s3.amazonaws.com/ubuntu/amd64/1.300072.0b1766/amazon-cloudwatch-agent.deb
@@ -28,7 +23,6 @@ if [ "$(cat "$cwa/bin/CWAGENT_VERSION" 2>/dev/null)" != "$ver" ]; then
   [ "$(cat "$cwa/bin/CWAGENT_VERSION" 2>/dev/null)" = "$ver" ] || die "CloudWatch agent is not $ver after installing it"
   changed "installed CloudWatch agent $ver"
 fi
-# Load the config when it differs from the one last applied, or when the agent is not running.
 applied="$STATE/cloudwatch-agent.applied.json"
 if ! cmp -s "$R"/etc/gpuforge/cloudwatch-agent.json "$applied" || ! systemctl is-active amazon-cloudwatch-agent >/dev/null 2>&1; then
   "$cwa/bin/amazon-cloudwatch-agent-ctl" -a fetch-config -m ec2 -s -c file:/etc/gpuforge/cloudwatch-agent.json >/dev/null ||

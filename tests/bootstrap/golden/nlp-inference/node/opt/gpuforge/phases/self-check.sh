@@ -1,10 +1,7 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/self-check.sh.j2 -- edit the template, not this output.
-# Phase self-check: GPU count and model, driver/fabric manager versions, EFA provider
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# The node is only done when it is what the profile promised. Every miss is listed, then the
-# phase fails, so the status file says `failed` and validate does not run on a half node.
 miss=()
 out=$(nvidia-smi --query-gpu=name,driver_version,persistence_mode --format=csv,noheader) || die "nvidia-smi fails"
 n=$(grep -c . <<<"$out")

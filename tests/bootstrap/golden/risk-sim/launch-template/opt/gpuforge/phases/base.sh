@@ -1,22 +1,15 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/base.sh.j2 -- edit the template, not this output.
-# Phase base: base packages, time sync (Amazon Time Sync), hostname from the inventory name
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# Every apt-get on this node waits for the dpkg lock instead of failing (see lib.sh lock_wait),
-# including the ones inside vendor installers (EFA).
 put "$R/etc/apt/apt.conf.d/90gpuforge-dpkg-lock" "DPkg::Lock::Timeout \"$LOCK_WAIT_S\";"
 apt_install ca-certificates curl gnupg chrony mdadm nvme-cli pciutils build-essential python3
 
-# Amazon Time Sync Service (link-local, no internet needed); chrony prefers it over the pool.
 put "$R/etc/chrony/sources.d/gpuforge-aws.sources" "server 169.254.169.123 prefer iburst minpoll 4 maxpoll 4"
 systemctl is-enabled chrony >/dev/null 2>&1 || { systemctl enable chrony; changed "enabled chrony"; }
 systemctl is-active chrony >/dev/null 2>&1 || { systemctl start chrony; changed "started chrony"; }
 
-# Generic launch-template node: the inventory name is the instance's Name tag (IMDS tags are on).
 name=$(imds meta-data/tags/instance/Name) || die "no Name tag in instance metadata (is instance_metadata_tags enabled?)"
-# Auto Scaling nodes share one Name tag; the group tags them gpuforge-name-suffix=instance-id, and
-# the node appends its instance id (validate/discover.py names it the same way).
 if [ "$(imds meta-data/tags/instance/gpuforge-name-suffix 2>/dev/null || true)" = instance-id ]; then
   name="$name-$(imds meta-data/instance-id)" || die "no instance id in instance metadata"
 fi

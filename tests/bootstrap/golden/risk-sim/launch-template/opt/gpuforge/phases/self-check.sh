@@ -1,10 +1,7 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/self-check.sh.j2 -- edit the template, not this output.
-# Phase self-check: GPU count and model, driver/fabric manager versions, EFA provider
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# The node is only done when it is what the profile promised. Every miss is listed, then the
-# phase fails, so the status file says `failed` and validate does not run on a half node.
 miss=()
 out=$(nvidia-smi --query-gpu=name,driver_version,persistence_mode --format=csv,noheader) || die "nvidia-smi fails"
 n=$(grep -c . <<<"$out")
@@ -14,9 +11,6 @@ names=$(cut -d, -f1 <<<"$out" | sed 's/^ *//; s/ *$//' | sort -u | paste -sd/ -)
 drv=$(cut -d, -f2 <<<"$out" | tr -d ' ' | sort -u | paste -sd/ -)
 [ "$drv" = 550.90.07 ] || miss+=("driver $drv, expected 550.90.07")
 if grep -qv Enabled <<<"$(cut -d, -f3 <<<"$out")"; then miss+=("persistence mode is off on some GPU"); fi
-# By the /usr/local/bin link: what cloud-init, units and `ssh node cmd` find on PATH.
-# Count the RDM domains of the efa provider itself: fi_info -p efa also lists utility providers
-# layered on it ("provider: efa;ofi_rxd" over the efa_N-dgrm domain, captured in ofiwg/libfabric#5689).
 nefa=$("$R/usr/local/bin/fi_info" -p efa -t FI_EP_RDM 2>/dev/null |
   awk '$1 == "provider:" { efa = ($2 == "efa") } efa && $1 == "domain:" { print $2 }' | sort -u | grep -c . || true)
 [ "$nefa" -eq 1 ] || miss+=("$nefa EFA devices with the efa provider, expected 1")

@@ -1,14 +1,10 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/base.sh.j2 -- edit the template, not this output.
-# Phase base: base packages, time sync (Amazon Time Sync), hostname from the inventory name
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# Every apt-get on this node waits for the dpkg lock instead of failing (see lib.sh lock_wait),
-# including the ones inside vendor installers (EFA).
 put "$R/etc/apt/apt.conf.d/90gpuforge-dpkg-lock" "DPkg::Lock::Timeout \"$LOCK_WAIT_S\";"
 apt_install ca-certificates curl gnupg chrony mdadm nvme-cli pciutils build-essential python3
 
-# Amazon Time Sync Service (link-local, no internet needed); chrony prefers it over the pool.
 put "$R/etc/chrony/sources.d/gpuforge-aws.sources" "server 169.254.169.123 prefer iburst minpoll 4 maxpoll 4"
 systemctl is-enabled chrony >/dev/null 2>&1 || { systemctl enable chrony; changed "enabled chrony"; }
 systemctl is-active chrony >/dev/null 2>&1 || { systemctl start chrony; changed "started chrony"; }

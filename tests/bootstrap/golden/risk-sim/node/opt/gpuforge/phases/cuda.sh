@@ -1,6 +1,5 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/cuda.sh.j2 -- edit the template, not this output.
-# Phase cuda: CUDA toolkit and NCCL, pinned
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
 apt_install cuda-toolkit-12-4=12.4.1-1 libnccl2=2.21.5-1+cuda12.4 libnccl-dev=2.21.5-1+cuda12.4

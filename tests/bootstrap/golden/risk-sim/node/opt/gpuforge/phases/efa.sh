@@ -1,10 +1,7 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/efa.sh.j2 -- edit the template, not this output.
-# Phase efa: EFA installer, aws-ofi-nccl, and the NCCL environment that forbids TCP fallback
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# 1 EFA interface(s) on p3dn.24xlarge: libfabric's efa provider, the AWS OFI NCCL
-# plugin, and an environment that makes NCCL refuse to fall back to TCP sockets.
 ver=1.34.0
 if ! grep -q "EFA installer version: $ver" "$R/opt/amazon/efa_installed_packages" 2>/dev/null; then
   tmp=$(mktemp -d "$STATE/efa.XXXXXX")
@@ -15,19 +12,10 @@ if ! grep -q "EFA installer version: $ver" "$R/opt/amazon/efa_installed_packages
   rm -rf "$tmp"
   changed "installed EFA installer $ver"
 fi
-# The installer puts fi_info in /opt/amazon/efa/bin and adds that to PATH only for login shells
-# (/etc/profile.d/efa.sh). cloud-init, systemd units and `ssh node cmd` read no profile.d, so
-# this phase calls it by path, and links it into /usr/local/bin, which is on sshd's default
-# PATH (Debian/Ubuntu openssh --with-default-path) and on Ubuntu's /etc/environment PATH.
 efa_bin="$R/opt/amazon/efa/bin"
 "$efa_bin/fi_info" -p efa -t FI_EP_RDM >/dev/null 2>&1 || die "libfabric has no efa provider after installing EFA $ver"
 link "$efa_bin/fi_info" "$R/usr/local/bin"
 
-# Open MPI's intra-node single-copy path (CMA, process_vm_readv) needs ptrace between the ranks
-# of one user; Ubuntu ships kernel.yama.ptrace_scope=1 (/etc/sysctl.d/10-ptrace.conf).
-# ParallelCluster turns it off on EFA compute nodes (aws-parallelcluster-cookbook
-# cookbooks/aws-parallelcluster-config/recipes/efa.rb @ 5a0428db). A later file wins.
-# The live value is read first ("none": a kernel without the Yama LSM, which restricts nothing).
 ptrace=$(sysctl -n kernel.yama.ptrace_scope 2>/dev/null || echo none)
 put "$R/etc/sysctl.d/90-gpuforge-efa-ptrace.conf" "kernel.yama.ptrace_scope = 0"
 if [ "$ptrace" != 0 ] && [ "$ptrace" != none ]; then
@@ -35,8 +23,6 @@ if [ "$ptrace" != 0 ] && [ "$ptrace" != none ]; then
   changed "kernel.yama.ptrace_scope=0 (was $ptrace)"
 fi
 
-# aws-ofi-nccl's configure stops without the hwloc headers (aws/aws-ofi-nccl configure.ac CHECK_PKG_HWLOC
-# @ 01f16dd3, m4/check_pkg_hwloc.m4 @ 561c1b6e); AWS's own EFA nccl-tests Dockerfile installs libhwloc-dev first.
 apt_install libhwloc-dev
 
 ofi="$R/opt/aws-ofi-nccl"
@@ -55,15 +41,10 @@ if [ "$(cat "$ofi/.gpuforge-version" 2>/dev/null)" != "$want" ]; then
 fi
 [ -e "$ofi/lib/libnccl-net.so" ] || die "aws-ofi-nccl plugin missing at ${ofi#"$R"}/lib/libnccl-net.so"
 
-# Libraries for every process, login shell or not (the NCCL plugin is dlopen()ed by name).
 ldconf="$R/etc/ld.so.conf.d/gpuforge-efa.conf"
 want_ld=$'/opt/aws-ofi-nccl/lib\n/opt/amazon/efa/lib\n/opt/amazon/openmpi/lib'
 if [ "$(cat "$ldconf" 2>/dev/null)" != "$want_ld" ]; then put "$ldconf" "$want_ld"; ldconfig; fi
 
-# The NCCL environment twice, from one list (bootstrap/ncclenv.py): an env file as
-# docker --env-file reads it (values literal, no quotes) and a shell-quoted profile.d script.
-# No LD_LIBRARY_PATH in either: the host finds the libraries through ld.so.conf.d, and a
-# container keeps its image's own.
 put "$R/etc/gpuforge/nccl.env" 'FI_PROVIDER=efa
 NCCL_NET=AWS Libfabric
 NCCL_SOCKET_IFNAME=^lo,docker'

@@ -1,15 +1,12 @@
 #!/bin/bash
 # Rendered from bootstrap/templates/phases/tools.sh.j2 -- edit the template, not this output.
-# Phase tools: validation tools: iperf3, DCGM, nccl-tests
 # shellcheck source=../lib.sh
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
-# Tools `gpuforge validate` runs on the node: iperf3, DCGM, nccl-tests.
 apt_install iperf3 datacenter-gpu-manager=1:3.3.6
 hold datacenter-gpu-manager
 systemctl is-enabled nvidia-dcgm >/dev/null 2>&1 || { systemctl enable nvidia-dcgm; changed "enabled DCGM"; }
 systemctl is-active nvidia-dcgm >/dev/null 2>&1 || { systemctl start nvidia-dcgm; changed "started DCGM"; }
 observe dcgm "$(dpkg-query -W -f='${Version}' datacenter-gpu-manager)"
-# nccl-tests built against the NCCL installed above (so validate measures what jobs use).
 dst="$R/opt/nccl-tests"
 want="v2.13.9 nccl 2.21.5-1+cuda12.4"
 if [ "$(cat "$dst/.gpuforge-version" 2>/dev/null)" != "$want" ]; then
@@ -24,6 +21,5 @@ if [ "$(cat "$dst/.gpuforge-version" 2>/dev/null)" != "$want" ]; then
   changed "built nccl-tests v2.13.9"
 fi
 [ -x "$dst/bin/all_reduce_perf" ] || die "nccl-tests all_reduce_perf missing in ${dst#"$R"}/bin"
-# validate runs all_reduce_perf by name in a non-login SSH session: /usr/local/bin is on its PATH.
 for b in "$dst"/bin/*_perf; do link "$b" "$R/usr/local/bin"; done
 observe nccl_tests "v2.13.9"
