@@ -3,17 +3,16 @@ the AWS and provider rules of docs/aws-constraints.md are checked on these."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gpuforge.preview import PreviewResult, run_preview
+from gpuforge.preview import PreviewResult
 from tests.components.stackcfg import base_config, with_overrides
 from tests.support.moto_server import aws_env, moto_server
+from tests.support.preview_recorder import preview_recorder
 
 __all__ = ["aws_env", "moto_server"]
 
@@ -32,18 +31,10 @@ def eks_config(**over: Any) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def record(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., PreviewResult]:
     """Run the real program offline for `config` (a full `ns:key` dict); cached per config."""
-    cache: dict[str, PreviewResult] = {}
-    proj = tmp_path_factory.mktemp("proj")
-    shutil.copy(ROOT / "Pulumi.yaml", proj / "Pulumi.yaml")
-    shutil.copy(ROOT / "__main__.py", proj / "__main__.py")
-    (proj / "stacks").mkdir()
+    recorder = preview_recorder(tmp_path_factory)
 
     def run(config: dict[str, Any], stack: str = "t") -> PreviewResult:
-        key = yaml.safe_dump({"stack": stack, **config}, sort_keys=True)
-        if key not in cache:
-            (proj / "stacks" / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}))
-            cache[key] = run_preview(proj, stack)
-        return cache[key]
+        return recorder(config, stack)
 
     return run
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gpuforge.preview import PreviewResult, run_preview
+from gpuforge.preview import PreviewResult
 from tests.components.stackcfg import with_overrides
+from tests.support.preview_recorder import preview_recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 TEAM = {"team": "vision", "owner": "vision-leads", "costCenter": "cc-4120"}
@@ -35,19 +34,10 @@ def stack_config(**over: Any) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def record(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., PreviewResult]:
     """Run the real program offline for a config; cached per config for the session."""
-    cache: dict[str, PreviewResult] = {}
-    proj = tmp_path_factory.mktemp("proj")
-    shutil.copy(ROOT / "Pulumi.yaml", proj / "Pulumi.yaml")
-    shutil.copy(ROOT / "__main__.py", proj / "__main__.py")
-    (proj / "stacks").mkdir()
+    recorder = preview_recorder(tmp_path_factory)
 
     def run(stack: str = "vision-cv", **over: Any) -> PreviewResult:
-        cfg = stack_config(**over)
-        key = yaml.safe_dump({"stack": stack, **cfg}, sort_keys=True)
-        if key not in cache:
-            (proj / "stacks" / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": cfg}))
-            cache[key] = run_preview(proj, stack)
-        return cache[key]
+        return recorder(stack_config(**over), stack)
 
     return run
 
