@@ -17,6 +17,7 @@ from bootstrap.versions import VersionsError, load_versions
 from components.config import StackConfig
 from components.profiles import Sharing
 from components.userdata import stack_user_data
+from tests.support.golden import check_golden
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 STACKS = ("cv-training", "nlp-inference", "risk-sim")
@@ -41,16 +42,7 @@ def _spot(cfg: StackConfig) -> StackConfig:
 def test_rendered_files_match_golden(stack: str, stack_cfg: dict[str, StackConfig], update_golden: bool) -> None:
     for node, sub in ((NODE.format(stack=stack), "node"), (None, "launch-template")):
         files = stack_user_data(stack_cfg[stack], node).files  # what the stack's nodes boot
-        root = GOLDEN / stack / sub
-        if update_golden:
-            shutil.rmtree(root, ignore_errors=True)
-            for rel, text in files.items():
-                (root / rel).parent.mkdir(parents=True, exist_ok=True)
-                (root / rel).write_text(text)
-        on_disk = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-        assert on_disk == set(files), f"{stack}/{sub}: file set changed; run pytest tests/bootstrap --update-golden"
-        for rel, text in files.items():
-            assert (root / rel).read_text() == text, f"{stack}/{sub}/{rel} differs; pytest tests/bootstrap --update-golden"
+        check_golden(GOLDEN / stack / sub, files, f"{stack}/{sub}", "tests/bootstrap", update_golden)
 
 
 @pytest.mark.parametrize("stack", STACKS)

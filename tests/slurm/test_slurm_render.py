@@ -14,6 +14,7 @@ from bootstrap.slurm import layout_for, render_slurm
 from bootstrap.slurm_head import render_head_user_data
 from components.userdata import stack_user_data
 from tests.slurm.conftest import slurm_stack
+from tests.support.golden import check_golden
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 CASES = {
@@ -34,16 +35,7 @@ def _files(case: str) -> dict[str, str]:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_slurm_files_match_golden(case: str, update_golden: bool) -> None:
     files = _files(case)
-    root = GOLDEN / case
-    if update_golden:
-        shutil.rmtree(root, ignore_errors=True)
-        for rel, text in files.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text)
-    on_disk = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-    assert on_disk == set(files), f"{case}: file set changed; run pytest tests/slurm --update-golden"
-    for rel, text in files.items():
-        assert (root / rel).read_text() == text, f"{case}/{rel} differs; pytest tests/slurm --update-golden"
+    check_golden(GOLDEN / case, files, case, "tests/slurm", update_golden)
 
 
 def test_nvml_only_where_the_pinned_slurm_has_the_plugin() -> None:
