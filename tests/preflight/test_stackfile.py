@@ -66,6 +66,13 @@ def test_bad_yaml_names_file_and_line(project: Path) -> None:
         load_stack_config(project, "bad")
 
 
+def test_non_utf8_stack_file_names_file(project: Path) -> None:
+    # `gpuforge stack list` read every stack file and died with a UnicodeDecodeError traceback.
+    (project / "stacks" / "Pulumi.bin.yaml").write_bytes(b"\xff\xfeconfig: {}\n")
+    with pytest.raises(InputError, match=r"Pulumi\.bin\.yaml: not UTF-8 text"):
+        load_stack_config(project, "bin")
+
+
 def test_null_value_is_refused(project: Path) -> None:
     write_stack(project, "null", "config:\n  gpuforge:keyName:\n")
     with pytest.raises(InputError, match="gpuforge:keyName has no value"):
