@@ -88,22 +88,18 @@ class GpuNetwork(pulumi.ComponentResource):
                 igw = aws.ec2.InternetGateway(
                     f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=child
                 )
-            if args.public:
-                aws.ec2.Route(
-                    f"{name}-default-route",
-                    route_table_id=rt.id,
-                    destination_cidr_block="0.0.0.0/0",
-                    gateway_id=igw.id,
-                    opts=child,
+                # Public nodes leave through the internet gateway, private ones through the NAT gateway.
+                target = (
+                    {"gateway_id": igw.id}
+                    if args.public
+                    else {"nat_gateway_id": _nat_gateway(name, args, vpc.id, igw, tags, child).id}
                 )
-            elif args.nat_gateway:
-                nat = _nat_gateway(name, args, vpc.id, igw, tags, child)
                 aws.ec2.Route(
                     f"{name}-default-route",
                     route_table_id=rt.id,
                     destination_cidr_block="0.0.0.0/0",
-                    nat_gateway_id=nat.id,
                     opts=child,
+                    **target,
                 )
             self.vpc_id = vpc.id
             self.subnet_id = subnet_res.id
