@@ -186,8 +186,12 @@ def test_jump_host(bed: Testbed, tmp_path: Path) -> None:
     try:
         start = time.monotonic()
         res = transport.run(inv.nodes[0], "hostname", 5)
+        # The bastion answers again: only the recorded jump failure can still fail node3 (a second
+        # attempt would now succeed), so this proves the failure is reused, not merely fast.
+        bed.resume_sshd(1)
         again = transport.run(inv.nodes[1], "hostname", 5)
         assert res.outcome is Outcome.TIMEOUT and "jump host" in res.detail and again.outcome is Outcome.TIMEOUT
+        assert again.detail == res.detail
         assert time.monotonic() - start <= BOUND.connect_bound() + 1
     finally:
         transport.close()

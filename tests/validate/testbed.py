@@ -234,6 +234,11 @@ class Testbed:
         self._signal(self.hosts[i - 1].sshd_pid, signal.SIGSTOP)
         self.stopped.add(i)
 
+    def resume_sshd(self, i: int) -> None:
+        """SIGCONT a listener stopped by stop_sshd: it answers again (backlogged handshakes included)."""
+        self._signal(self.hosts[i - 1].sshd_pid, signal.SIGCONT)
+        self.stopped.discard(i)
+
     # -- inventory
 
     def inventory(self, **extra: object) -> dict[str, object]:
