@@ -14,15 +14,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
-import subprocess
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from validate.inventory import Node
-from validate.transport import KILL_AFTER_S, LOCAL_SLACK_S, CommandResult, Outcome, wrap
+from validate.transport import KILL_AFTER_S, LOCAL_SLACK_S, TIMEOUT_RCS, CommandResult, Outcome, run_bounded, wrap
 
 # srun's own failures, as Slurm 22.05 prints them (src/srun/libsrun/allocate.c, launch.c): the
 # node is out of reach for this run, not a failed check.
@@ -32,7 +29,6 @@ _NO_ALLOCATION = re.compile(
     r"|.*Node count specification invalid|.*Access/permission denied|.*Unable to contact slurm controller).*$",
     re.MULTILINE,
 )
-_TIMEOUT_RCS = (124, 137)
 
 
 @dataclass(frozen=True)
@@ -48,23 +44,8 @@ class SlurmClient:
 
 
 def _run(argv: Sequence[str], settings: SlurmClient, deadline_s: float) -> tuple[int | None, str, str, float]:
-    """Run a client command with a local deadline; (rc or None on deadline, stdout, stderr, seconds)."""
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [*settings.launcher, *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **settings.env},
-        start_new_session=True,  # a deadline kills srun and whatever the launcher started
-    )
-    try:
-        out, err = proc.communicate(timeout=deadline_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return None, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - start
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), time.monotonic() - start
+    """A client command through the launcher, with the settings' environment and a local deadline."""
+    return run_bounded([*settings.launcher, *argv], deadline_s, {**os.environ, **settings.env})
 
 
 class SlurmTransport:
@@ -127,7 +108,7 @@ class SlurmTransport:
         rc, out, err, took = _run(argv, self.settings, deadline)
         # 124/137 from `timeout` mean the bound ran out; srun also exits 137 for tasks it killed
         # after a failed launch, in well under the bound: that is the command failing, not a timeout.
-        if rc is None or (rc in _TIMEOUT_RCS and took >= timeout_s):
+        if rc is None or (rc in TIMEOUT_RCS and took >= timeout_s):
             return CommandResult(node, command, Outcome.TIMEOUT, None, out, err, took,
                                  f"command ran past its bound ({took:.1f} s)")  # fmt: skip
         refused = _NO_ALLOCATION.search(err)

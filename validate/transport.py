@@ -49,7 +49,7 @@ from validate.inventory import Node, SshConfig
 # one round trip's slack so the remote verdict (rc 124/137) normally arrives first.
 KILL_AFTER_S = 2.0
 LOCAL_SLACK_S = 2.0
-_TIMEOUT_RCS = (124, 137)
+TIMEOUT_RCS = (124, 137)
 # OpenSSH's default MaxSessions (servconf.h DEFAULT_SESSIONS_MAX = 10, openssh-portable @0ef0f5a).
 OPENSSH_MAX_SESSIONS = 10
 # How long a command may wait for a free session slot on its node's connection: the slot frees
@@ -189,36 +189,47 @@ class LocalTransport:
 
     def run(self, node: Node, command: str, timeout_s: float) -> CommandResult:
         start = time.monotonic()
-        # A new session so that a deadline kills the whole process group, not just `sh`.
-        proc = subprocess.Popen(
-            ["sh", "-c", wrap(command, timeout_s)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout_s + KILL_AFTER_S + LOCAL_SLACK_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
+        rc, out, err, took = run_bounded(["sh", "-c", wrap(command, timeout_s)], timeout_s + KILL_AFTER_S + LOCAL_SLACK_S)
+        if rc is None or rc in TIMEOUT_RCS:
             return _timed_out(node.name, command, start, out, err)
-        if proc.returncode in _TIMEOUT_RCS:
-            return _timed_out(node.name, command, start, out, err)
-        return CommandResult(node.name, command, Outcome.OK, proc.returncode, _text(out), _text(err), time.monotonic() - start)
+        return CommandResult(node.name, command, Outcome.OK, rc, out, err, took)
 
     def close(self) -> None:
         return None
+
+
+def run_bounded(
+    argv: Sequence[str], deadline_s: float, env: dict[str, str] | None = None
+) -> tuple[int | None, str, str, float]:
+    """Run a local command with a deadline: (rc, or None past the deadline; stdout; stderr; seconds).
+    A new session, so that the deadline kills the whole process group (whatever `sh`, srun or a
+    launcher started), not just the first process."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, _text(out), _text(err), time.monotonic() - start
+    return proc.returncode, _text(out), _text(err), time.monotonic() - start
 
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _timed_out(node: str, command: str, start: float, out: bytes, err: bytes) -> CommandResult:
+def _timed_out(node: str, command: str, start: float, out: str, err: str) -> CommandResult:
     took = time.monotonic() - start
     return CommandResult(
-        node, command, Outcome.TIMEOUT, None, _text(out), _text(err), took, f"command ran past its bound ({took:.1f} s)"
+        node, command, Outcome.TIMEOUT, None, out, err, took, f"command ran past its bound ({took:.1f} s)"
     )
 
 
@@ -491,7 +502,7 @@ class SshTransport:
             # fileno() is a pipe paramiko sets when stdout or stderr data arrive or the channel closes.
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return _timed_out(node.name, command, start, bytes(out), bytes(err))
+                return _timed_out(node.name, command, start, _text(bytes(out)), _text(bytes(err)))
             select.select([chan], [], [], min(remaining, 0.5))
             while chan.recv_ready():
                 out += chan.recv(65536)
@@ -502,8 +513,8 @@ class SshTransport:
             if chan.closed and not chan.exit_status_ready():
                 return self._lost(node, command, start, "connection lost during the command")
         rc = chan.recv_exit_status()
-        if rc in _TIMEOUT_RCS:
-            return _timed_out(node.name, command, start, bytes(out), bytes(err))
+        if rc in TIMEOUT_RCS:
+            return _timed_out(node.name, command, start, _text(bytes(out)), _text(bytes(err)))
         if rc == -1:
             return self._lost(node, command, start, "the node sent no exit status")
         return CommandResult(node.name, command, Outcome.OK, rc, _text(bytes(out)), _text(bytes(err)), time.monotonic() - start)
