@@ -26,22 +26,21 @@ class SmiBlock:
     bus_id: str
     tree: dict[str, Any] = field(default_factory=dict)
 
-    def get(self, *path: str) -> Any:
+    def _walk(self, path: tuple[str, ...]) -> tuple[bool, Any]:
+        """(whether the path is printed at all, its value or None)."""
         node: Any = self.tree
         for part in path:
             if not isinstance(node, dict) or part not in node:
-                return None
+                return False, None
             node = node[part]
-        return node
+        return True, node
+
+    def get(self, *path: str) -> Any:
+        return self._walk(path)[1]
 
     def has(self, *path: str) -> bool:
         """Whether the key is printed at all (with any value, N/A included)."""
-        node: Any = self.tree
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                return False
-            node = node[part]
-        return True
+        return self._walk(path)[0]
 
     def first(self, *paths: tuple[str, ...]) -> Any:
         """The first path that exists (for keys renamed between driver versions)."""
