@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,12 @@ def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
         # srun/sinfo as this machine's Slurm clients find them (SLURM_CONF, the head node's /etc/slurm).
         from validate.slurm import SlurmClient, SlurmTransport
 
+        if shutil.which("srun") is None:
+            # Checked before any node is touched: otherwise the first job's exec fails mid-run.
+            raise InputError(
+                "--transport slurm: srun is not on PATH",
+                "run on the Slurm head node or a login node (where srun works), or use --transport ssh",
+            )
         return SlurmTransport(SlurmClient(partition=partition))
     if kind == "local":
         if len(inv.nodes) != 1:

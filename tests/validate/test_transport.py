@@ -63,6 +63,21 @@ def test_cli_local_transport(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert ex.value.code == 2 and "--transport local" in capsys.readouterr().err
 
 
+def test_cli_slurm_transport_without_srun_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuforge.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun anywhere
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"nodes": [{"name": "a", "host": "x"}, {"name": "b", "host": "y"}]}))
+    with pytest.raises(SystemExit) as ex:
+        main(["validate", "--inventory", str(inv), "--transport", "slurm", "--out", str(tmp_path / "ev")])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and "error: --transport slurm: srun is not on PATH" in err, err
+    assert "Traceback" not in err and not (tmp_path / "ev").exists()
+
+
 def test_cli_save_baseline_only_from_a_clean_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("validate.thresholds")
     from gpuforge.cli import main
