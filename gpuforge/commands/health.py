@@ -44,6 +44,18 @@ def _expectations(inventory: Path | None, expected: Path | None, node: str) -> E
         raise InputError(f"{expected or inventory}: {exc}", "use a profile or instance type from the catalog") from None
 
 
+def _check_log_writable(path: Path) -> None:
+    """Before any check runs or any node state changes: a log that cannot be written would
+    otherwise fail after a drain was already made, with no record of it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise InputError(f"--log {path}: cannot write it: {(exc.strerror or str(exc)).lower()}",
+                         "pass a path this user may write (the default under /var/log needs root)") from None
+
+
 def _checks(tokens: str | None) -> list[NodeCheck[Any]]:
     from validate.health import HEALTH_TIERS
     from validate.registry import node_checks
@@ -92,6 +104,7 @@ def command(
 
     name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     expect = _expectations(inventory, expected, name)
+    _check_log_writable(log_path)
     selected = health_checks(_checks(checks))
     results = run_checks(name, selected, expect)
     control = SlurmControl()
