@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -173,6 +174,18 @@ def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
             )
         return LocalTransport()
     return SshTransport(inv.ssh, timeouts, accept_new=accept_new)
+
+
+def _check_writable_dir(flag: str, page: Path) -> None:
+    """Before the run, not after it: a page that cannot be written would fail a finished run."""
+    parent = page.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{flag} {page}: cannot create {parent}: {(exc.strerror or str(exc)).lower()}",
+                         "pass a path in a directory you may write") from None
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{flag} {page}: {parent} is not writable", "pass a path in a directory you may write")
 
 
 def _write_outputs(out: Path, result: RunResult, accepted: list[dict[str, str]]) -> None:
@@ -354,6 +367,8 @@ def command(
       gpuforge validate --inventory inv.yaml --save-baseline baseline.json   # on a healthy cluster
     """
     inv = _load(inventory_path, discover_stack, region, {"user": ssh_user, "key_file": ssh_key, "known_hosts": known_hosts})
+    if html_page is not None:
+        _check_writable_dir("--html", html_page)
     tokens = [t.strip() for t in checks.split(",") if t.strip()] if checks else None
     selected, network = _select(tokens, system_checks(network=True) + _registry_checks())
     network = network and transport_kind == "ssh" and len(inv.nodes) >= 2

@@ -78,6 +78,21 @@ def test_cli_slurm_transport_without_srun_is_bad_input(
     assert "Traceback" not in err and not (tmp_path / "ev").exists()
 
 
+def test_cli_unwritable_html_is_bad_input_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuforge.cli import main
+
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"nodes": [{"name": "here", "host": "localhost"}]}))
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the page's directory should be
+    with pytest.raises(SystemExit) as ex:
+        main(["validate", "--inventory", str(inv), "--transport", "local", "--out", str(tmp_path / "ev"),
+              "--html", str(blocker / "report.html")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and err.startswith(f"error: --html {blocker / 'report.html'}: cannot create"), err
+    assert not (tmp_path / "ev").exists()
+
+
 def test_cli_save_baseline_only_from_a_clean_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("validate.thresholds")
     from gpuforge.cli import main
