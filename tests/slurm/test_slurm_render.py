@@ -118,3 +118,19 @@ def test_bootstrap_render_writes_the_head_nodes_user_data(tmp_path: Path, capsys
     assert "phases: base -> slurm" in capsys.readouterr().out
     assert "SlurmctldHost=cv-training-head" in (out / "etc/slurm/slurm.conf").read_text()
     assert "apt_install munge slurmctld" in (out / "opt/gpuforge/phases/slurm.sh").read_text()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_slurm_phase_reads_ssm_with_the_signer_checked_against_botocore(case: str) -> None:
+    """The hosts and munge-key parameters are read with lib.sh's ssm_get, the request that
+    tests/bootstrap/test_ngc_sigv4.py checks against botocore's SigV4 signer. curl --aws-sigv4
+    (as the slurm phase had) sends the session token unsigned on Ubuntu 22.04's curl 7.81, the
+    request shape that test shows refused."""
+    stack, os_name, count = CASES[case]
+    head = render_head_user_data(slurm_stack(stack, os=os_name, nodeCount=count))
+    node = stack_user_data(slurm_stack(stack, os=os_name, nodeCount=count), account_id="123456789012")
+    for r in (head, node):
+        assert "ssm_get() {" in r.files["opt/gpuforge/lib.sh"]
+        assert "ssm_get " in r.files["opt/gpuforge/phases/slurm.sh"]
+        scripts = {k: text for k, text in r.files.items() if k.startswith("opt/gpuforge/")}  # not the cloud-config
+        assert [k for k, text in scripts.items() if "--aws-sigv4" in text or "ssm_get() {" in text] == ["opt/gpuforge/lib.sh"]
