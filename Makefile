@@ -11,11 +11,12 @@ preview: setup
 test:
 	@scripts/setup.sh --with-test-hosts
 	@.venv/bin/ruff check .
-	@.venv/bin/mypy .
+	@.venv/bin/mypy -p gpuforge
+	@.venv/bin/mypy tests bench scripts __main__.py
 	@.venv/bin/python -m pytest
 
 lint: setup
-	@.venv/bin/ruff check . && .venv/bin/mypy .
+	@.venv/bin/ruff check . && .venv/bin/mypy -p gpuforge && .venv/bin/mypy tests bench scripts __main__.py
 
 bench: setup
 	@.venv/bin/python bench/preview_scale.py

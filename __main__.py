@@ -4,11 +4,10 @@ Run by `pulumi up --stack <name>` (real engine) and by `gpuforge preview` (SDK m
 """
 
 import pulumi
-
-from common.errors import ConfigError
-from components.cluster import GpuCluster, GpuClusterArgs
-from components.config import parse_stack_config
+from gpuforge.common.errors import ConfigError
+from gpuforge.components.cluster import GpuCluster, GpuClusterArgs
 from gpuforge.program import engine_config, running_offline
+from gpuforge.spec.config import parse_stack_config
 
 try:
     config = parse_stack_config(engine_config(), pulumi.get_stack())
@@ -34,7 +33,7 @@ if cluster.node_template_versions is not None:
     pulumi.export("nodeTemplateVersions", cluster.node_template_versions)
 
 if config.kubernetes is not None:  # only stacks that ask for Kubernetes pay for its imports
-    from components.kubernetes.component import GpuKubernetes, KubernetesArgs
+    from gpuforge.components.kubernetes.component import GpuKubernetes, KubernetesArgs
 
     gpu_k8s = GpuKubernetes(
         config.stack,

@@ -23,7 +23,6 @@ import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +30,6 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from gpuforge.offline.engine import run_program  # noqa: E402
 from gpuforge.offline.mocks import MockHints, OfflineMocks  # noqa: E402

@@ -34,15 +34,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from validate import thresholds
-from validate.checks import Expectations, NodeCheck
-from validate.inventory import Inventory, Node
-from validate.network.iperf import IperfSettings
-from validate.network.ping import PingSettings
-from validate.registry import node_checks
-from validate.runner import Runner, RunOptions
-from validate.system import system_checks
-from validate.transport import CommandResult, Outcome
+from gpuforge.validate import thresholds
+from gpuforge.validate.checks import Expectations, NodeCheck
+from gpuforge.validate.inventory import Inventory, Node
+from gpuforge.validate.network.iperf import IperfSettings
+from gpuforge.validate.network.ping import PingSettings
+from gpuforge.validate.registry import node_checks
+from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.system import system_checks
+from gpuforge.validate.transport import CommandResult, Outcome
 
 ROOT = Path(__file__).resolve().parents[1]
 NETFIX = ROOT / "tests" / "validate" / "netfix"

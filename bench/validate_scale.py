@@ -18,14 +18,15 @@ import sys
 import time
 from pathlib import Path
 
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.inventory import Inventory
+from gpuforge.validate.network.iperf import IperfSettings
+from gpuforge.validate.network.ping import PingSettings
+from gpuforge.validate.runner import Runner, RunOptions, RunResult
+from gpuforge.validate.system import system_checks
+from gpuforge.validate.transport import Job, SshTransport, Timeouts, run_many
+
 from tests.validate.testbed import Testbed, missing_requirements
-from validate.checks import Expectations
-from validate.inventory import Inventory
-from validate.network.iperf import IperfSettings
-from validate.network.ping import PingSettings
-from validate.runner import Runner, RunOptions, RunResult
-from validate.system import system_checks
-from validate.transport import Job, SshTransport, Timeouts, run_many
 
 RATE_MBIT = 50  # 16 bidirectional pairs x 2 x 50 Mbit = 1.6 Gbit/s: well inside what 2 cores push
 REPS = 3

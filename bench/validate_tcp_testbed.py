@@ -16,13 +16,14 @@ import sys
 import threading
 import time
 
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.inventory import Inventory
+from gpuforge.validate.network.iperf import IperfSettings
+from gpuforge.validate.network.ping import PingSettings
+from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.transport import Job, SshTransport, Timeouts, run_many
+
 from tests.validate.testbed import Testbed, missing_requirements
-from validate.checks import Expectations
-from validate.inventory import Inventory
-from validate.network.iperf import IperfSettings
-from validate.network.ping import PingSettings
-from validate.runner import Runner, RunOptions
-from validate.transport import Job, SshTransport, Timeouts, run_many
 
 
 def _rss_mib() -> float:

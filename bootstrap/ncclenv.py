@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from bootstrap.versions import Versions
+from gpuforge.bootstrap.versions import Versions
 
 _KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 

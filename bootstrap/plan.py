@@ -11,13 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bootstrap.mirror import Mirror
-from bootstrap.slurm import SlurmLayout, layout_for
-from bootstrap.versions import CudaForOs, SlurmForOs, Versions
-from common.errors import GpuforgeError
-from components.catalog import load_catalog
-from components.config import StackConfig
-from components.profiles import DataVolume
+from gpuforge.bootstrap.slurm import SlurmLayout, layout_for
+from gpuforge.bootstrap.versions import CudaForOs, SlurmForOs, Versions
+from gpuforge.common.errors import GpuforgeError
+from gpuforge.spec.catalog import load_catalog
+from gpuforge.spec.config import StackConfig
+from gpuforge.spec.mirror import Mirror
+from gpuforge.spec.profiles import DataVolume
 
 # Recipes whose jobs talk NCCL across GPUs and nodes; inference serves one GPU per process.
 NCCL_RECIPES = frozenset({"training", "hpc"})

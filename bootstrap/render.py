@@ -18,13 +18,12 @@ from typing import Any
 
 import jinja2
 import yaml
-
-from bootstrap.mirror import APT_ARCHIVE, Mirror
-from bootstrap.ncclenv import env_file, nccl_env, profile_script
-from bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
-from bootstrap.slurm import render_slurm
-from bootstrap.versions import Versions, load_versions
-from components.config import StackConfig
+from gpuforge.bootstrap.ncclenv import env_file, nccl_env, profile_script
+from gpuforge.bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
+from gpuforge.bootstrap.slurm import render_slurm
+from gpuforge.bootstrap.versions import Versions, load_versions
+from gpuforge.spec.config import StackConfig
+from gpuforge.spec.mirror import APT_ARCHIVE, Mirror
 
 __all__ = ["AGENT_CONFIG_FILE", "EC2_USER_DATA_LIMIT", "BootstrapError", "RenderedBootstrap", "render_user_data"]
 
@@ -51,7 +50,7 @@ class RenderedBootstrap:
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("bootstrap", "templates"),
+        loader=jinja2.PackageLoader("gpuforge.bootstrap", "templates"),
         undefined=jinja2.StrictUndefined,  # a missing variable is an error, not ""
         keep_trailing_newline=True,
         trim_blocks=True,

@@ -1,6 +1,6 @@
 """Slurm's configuration files for a stack: slurm.conf, gres.conf, topology.conf (and cgroup.conf
 where the cgroup plugins run, plugstack.conf where Pyxis is), rendered from the catalog through
-components/scheduler.py.
+spec/scheduler.py.
 
 The head node carries them; slurmd and the clients fetch them from slurmctld (configless). Pure: `SlurmLayout` in, text
 out, so the test bed renders the very templates a stack renders, with only its own paths, ports,
@@ -15,9 +15,8 @@ from typing import Literal
 
 import jinja2
 from ClusterShell.NodeSet import NodeSet
-
-from components.profiles import SlurmHealthCheck, SlurmPartition
-from components.scheduler import SlurmSettings
+from gpuforge.spec.profiles import SlurmHealthCheck, SlurmPartition
+from gpuforge.spec.scheduler import SlurmSettings
 
 CONF_DIR = "/etc/slurm"
 HEALTH_CHECK_PROGRAM = "/opt/gpuforge/bin/gpuforge-health-check"
@@ -90,7 +89,7 @@ def layout_for(settings: SlurmSettings, gres_mode: GresMode) -> SlurmLayout:
 
 def _env() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("bootstrap", "templates/slurm"),
+        loader=jinja2.PackageLoader("gpuforge.bootstrap", "templates/slurm"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

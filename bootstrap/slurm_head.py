@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from bootstrap.plan import BootstrapError, Phase, plan_node
-from bootstrap.render import RenderedBootstrap, render_plan
-from bootstrap.versions import load_versions
-from components.config import StackConfig
+from gpuforge.bootstrap.plan import BootstrapError, Phase, plan_node
+from gpuforge.bootstrap.render import RenderedBootstrap, render_plan
+from gpuforge.bootstrap.versions import load_versions
+from gpuforge.spec.config import StackConfig
 
 
 def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:

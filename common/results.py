@@ -17,8 +17,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from common.errors import EXIT_CHECKS_FAILED, EXIT_OK
-from common.table import Column, Rows, kv
+from gpuforge.common.errors import EXIT_CHECKS_FAILED, EXIT_OK
+from gpuforge.common.table import Column, Rows, kv
 
 
 class Level(str, Enum):

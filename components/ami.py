@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
-
-from common.errors import ConfigError
+from gpuforge.common.errors import ConfigError
 
 CANONICAL = "099720109477"
 AMAZON = "amazon"

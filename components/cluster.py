@@ -8,16 +8,15 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-
-from components.addressing import control_plane_cidr, egress_subnet_cidr
-from components.ami import lookup_ami, require_pinned_ami
-from components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
-from components.config import StackConfig, node_names
-from components.network import GpuNetwork, NetworkArgs
-from components.operations import declare_operations, on_eks
-from components.purchase import capacity_reservation, market_options
-from components.storage import ClusterStorage, StorageArgs
-from components.userdata import metric_namespace, stack_user_data
+from gpuforge.components.ami import lookup_ami, require_pinned_ami
+from gpuforge.components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
+from gpuforge.components.network import GpuNetwork, NetworkArgs
+from gpuforge.components.operations import declare_operations, on_eks
+from gpuforge.components.purchase import capacity_reservation, market_options
+from gpuforge.components.storage import ClusterStorage, StorageArgs
+from gpuforge.components.userdata import metric_namespace, stack_user_data
+from gpuforge.spec.addressing import control_plane_cidr, egress_subnet_cidr
+from gpuforge.spec.config import StackConfig, node_names
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class GpuCluster(pulumi.ComponentResource):
         )
         self.slurm_head_ip: pulumi.Output[str] | None = None
         if cfg.slurm is not None and nodes is not None:  # config refuses slurm with EKS and autoscaling
-            from components.slurmhead import SlurmHead, SlurmHeadArgs
+            from gpuforge.components.slurmhead import SlurmHead, SlurmHeadArgs
 
             head = SlurmHead(
                 name,

@@ -1,7 +1,7 @@
 """GPU nodes: IAM role and instance profile, one launch template, and the instances.
 
 Every node joins the cluster placement group through the launch template; EFA types get an EFA
-device on every network card (components/addressing.py has the layout and its source), so NCCL
+device on every network card (spec/addressing.py has the layout and its source), so NCCL
 sees every card.
 """
 
@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
-
-from components.addressing import interface_layout
-from components.catalog import InstanceType
+from gpuforge.spec.addressing import interface_layout
+from gpuforge.spec.catalog import InstanceType
 
 SSM_CORE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs' root device name
@@ -201,7 +200,7 @@ def network_interfaces(
     extra_security_groups: Sequence[pulumi.Input[str]] = (),
     ena_express: bool = False,
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """The interfaces of components/addressing.py `interface_layout`: on multi-card EFA types an
+    """The interfaces of spec/addressing.py `interface_layout`: on multi-card EFA types an
     ENA primary and one EFA-only interface per card; one `efa` interface on single-card EFA types;
     a single ENA interface otherwise.
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-
-from components.autoscaling import NodeGroup, NodeGroupArgs
-from components.budget import AlertTopic, BudgetArgs, StackBudget
-from components.config import StackConfig
-from components.monitoring import IdleAlarm, IdleAlarmArgs, container_insights_metric
+from gpuforge.components.autoscaling import NodeGroup, NodeGroupArgs
+from gpuforge.components.budget import AlertTopic, BudgetArgs, StackBudget
+from gpuforge.components.monitoring import IdleAlarm, IdleAlarmArgs, container_insights_metric
+from gpuforge.spec.config import StackConfig
 
 
 def on_eks(cfg: StackConfig) -> bool:

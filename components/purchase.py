@@ -11,11 +11,10 @@ from __future__ import annotations
 import shlex
 
 import pulumi_aws as aws
-
-from bootstrap.versions import load_versions
-from components.bucketnames import checkpoint_bucket_name
-from components.config import StackConfig
-from components.fleet import FleetConfig
+from gpuforge.bootstrap.versions import load_versions
+from gpuforge.spec.bucketnames import checkpoint_bucket_name
+from gpuforge.spec.config import StackConfig
+from gpuforge.spec.fleet import FleetConfig
 
 CHECKPOINT_DIR = "checkpoints"  # under the profile's scratch mount; training jobs write here
 

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 import pulumi_random as random
-
-from bootstrap.slurm_head import render_head_user_data
-from components.compute import SSM_CORE_POLICY, Node
-from components.config import StackConfig
-from components.slurmhead_sizes import HEAD_ROOT_GIB
+from gpuforge.bootstrap.slurm_head import render_head_user_data
+from gpuforge.components.compute import SSM_CORE_POLICY, Node
+from gpuforge.spec.config import StackConfig
+from gpuforge.spec.slurmhead_sizes import HEAD_ROOT_GIB
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from bootstrap.render import RenderedBootstrap, render_user_data
-from bootstrap.versions import Versions
-from components.config import StackConfig
-from components.monitoring import agent_config
-from components.operations import idle_alarm_args
-from components.purchase import checkpoint_command, checkpoint_images
+from gpuforge.bootstrap.render import RenderedBootstrap, render_user_data
+from gpuforge.bootstrap.versions import Versions
+from gpuforge.components.monitoring import agent_config
+from gpuforge.components.operations import idle_alarm_args
+from gpuforge.components.purchase import checkpoint_command, checkpoint_images
+from gpuforge.spec.config import StackConfig
 
 
 def node_agent_config(cfg: StackConfig) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 Each policy reads the resource inputs as the engine sends them (camelCase), so the same
 callbacks run under `pulumi preview --policy-pack policy` and over the graph that
-`gpuforge preview` records offline (gpuforge/policycheck.py). The GPU quota per team comes from
+`gpuforge preview` records offline (cli/policycheck.py). The GPU quota per team comes from
 the team data files (stacks/teams/*.yaml) through the policy config; prices come from the catalog.
 """
 
@@ -17,6 +17,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpuforge.spec.catalog import load_catalog
+from gpuforge.spec.config import internet_wide
+from gpuforge.spec.cost import HOURS_30_DAYS
+from gpuforge.spec.costplan import load_platform_prices
+from gpuforge.spec.fleet import guardrails
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -27,12 +32,6 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 from pulumi_policy.proxy import UnknownValueError
-
-from components.catalog import load_catalog
-from components.config import internet_wide
-from components.cost import HOURS_30_DAYS
-from components.costplan import load_platform_prices
-from components.fleet import guardrails
 
 REQUIRED_TAGS = ("project", "team", "owner", "profile", "stack")
 OPEN = {"0.0.0.0/0", "::/0"}
@@ -140,7 +139,7 @@ def spot_max_price(resources: list[Any]) -> float | None:
 
 def teams_config(directory: Path = TEAMS_DIR) -> dict[str, Any]:
     """Policy config from the team data files: {team: gpu_quota}, and the headroom to keep."""
-    from components.teams import load_teams
+    from gpuforge.spec.teams import load_teams
 
     quotas = {name: team.gpu_quota for name, team in load_teams(directory).items()}
     return {"teamQuotas": quotas, "headroomFraction": guardrails()["quota"]["headroom_fraction"]}

@@ -28,10 +28,19 @@ if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 stamp=.venv/.gpuforge-installed
+# The editable install is setuptools' strict mode: a link tree under build/ that maps the folders to
+# the gpuforge.* names exactly as the wheel does, which mypy can follow (the default import-hook mode
+# it cannot). A link tree sees edits at once but not new files, so the stamp also records the list of
+# package files: adding or removing one reinstalls (a few seconds, no dependency is fetched).
+files_now=$(find cli common spec components bootstrap validate policy -type f -not -path '*/__pycache__/*' | LC_ALL=C sort | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing gpuforge and dev tools into .venv (about a minute the first time)"
   # pip compiles .pyc at install time; this environment may set PYTHONDONTWRITEBYTECODE, and
   # without .pyc every run re-parses pulumi_aws (research/pulumi-feasibility.md §1).
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
-  touch "$stamp"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=strict
+  echo "$files_now" > "$stamp"
+elif [ "$(cat "$stamp")" != "$files_now" ]; then
+  echo "setup: package files added or removed: refreshing the editable install's link tree"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e . --config-settings editable_mode=strict
+  echo "$files_now" > "$stamp"
 fi

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from common.results import CheckResult, Level
+from gpuforge.common.results import CheckResult, Level
 
 M = TypeVar("M")  # the measurement a parser produces
 

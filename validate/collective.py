@@ -13,14 +13,14 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from common.results import CheckResult, Level
-from validate import localise
-from validate.checks import Expectations, ParseError
-from validate.network import iperf, schedule
-from validate.transport import CommandResult, Job, Outcome
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate import localise
+from gpuforge.validate.checks import Expectations, ParseError
+from gpuforge.validate.network import iperf, schedule
+from gpuforge.validate.transport import CommandResult, Job, Outcome
 
 if TYPE_CHECKING:
-    from validate.runner import Runner
+    from gpuforge.validate.runner import Runner
 
 NAME = "nccl.pair"
 
@@ -38,12 +38,12 @@ class PairPlan:
 def available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("validate.nccl") is not None
+    return importlib.util.find_spec("gpuforge.validate.nccl") is not None
 
 
 def command(hosts: tuple[str, str], expect: Expectations, plan: PairPlan) -> tuple[str, float]:
     """The pair's mpirun, launched on the first host with a hostfile it writes itself; and its bound."""
-    from validate import nccl
+    from gpuforge.validate import nccl
 
     gpus = int(expect.gpus_per_node or 1)
     nplan = nccl.NcclPlan(min_bytes=plan.min_bytes, max_bytes=plan.max_bytes, iters=plan.iters, timeout_s=plan.timeout_s)
@@ -67,7 +67,7 @@ def slurm_pair(transport: Any, hosts: tuple[str, str], expect: Expectations, pla
     """The pair as one Slurm allocation: `srun --mpi=pmix -N2 --ntasks-per-node=<GPUs>` of
     all_reduce_perf, one rank per GPU, the ranks' environment as mpirun's -x gives it. `hosts` are
     Slurm NodeNames; `transport` is validate.slurm.SlurmTransport."""
-    from validate import nccl
+    from gpuforge.validate import nccl
 
     gpus = int(expect.gpus_per_node or 1)
     nplan = nccl.NcclPlan(min_bytes=plan.min_bytes, max_bytes=plan.max_bytes, iters=plan.iters, timeout_s=plan.timeout_s)
@@ -81,7 +81,7 @@ def slurm_pair(transport: Any, hosts: tuple[str, str], expect: Expectations, pla
 
 def judge(a: str, b: str, stdout: str, expect: Expectations) -> tuple[list[CheckResult], float | None]:
     """Results for the pair, and its large-message busbw (GB/s) for localisation when it ran clean."""
-    from validate import nccl
+    from gpuforge.validate import nccl
 
     targets = (f"{a}<->{b}",)
     try:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
-from validate.thresholds import policy
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.validate.thresholds import policy
 
 SCRIPT = Path(__file__).resolve().parent / "node_scripts" / "gpu_compute.py"
 _HEREDOC = "GPUFORGE_COMPUTE_EOF"

@@ -26,11 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck
-from validate.inventory import Node
-from validate.slurm import NodeStatus, SlurmControl, SlurmError
-from validate.transport import LocalTransport, Outcome, Transport
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck
+from gpuforge.validate.inventory import Node
+from gpuforge.validate.slurm import NodeStatus, SlurmControl, SlurmError
+from gpuforge.validate.transport import LocalTransport, Outcome, Transport
 
 REASON_PREFIX = "gpuforge-health:"  # bootstrap/slurm.py HEALTH_DRAIN_PREFIX: the only drains it resumes
 MAX_REASON = 200  # scontrol keeps the reason whole; sinfo shows the start, so the check's name comes first

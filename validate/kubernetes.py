@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.results import CheckResult, Level
+from gpuforge.common.results import CheckResult, Level
 
 NODES = "k8s.gpu-nodes"
 PLUGIN = "k8s.device-plugin"
@@ -45,11 +45,11 @@ class KubernetesExpect:
 def expect_from_profile(profile_name: str, instance_type: str | None = None, node_count: int | None = None
                         ) -> KubernetesExpect:
     """What a gpuforge stack of this profile should show, from the profile, catalog and defaults."""
-    from components.catalog import load_catalog
-    from components.kubernetes.manifests import GPU_NODE_LABEL, PLUGIN_APP
-    from components.kubernetes.settings import defaults
-    from components.kubernetes.sharing import plan_sharing
-    from components.profiles import load_profile
+    from gpuforge.components.kubernetes.manifests import GPU_NODE_LABEL, PLUGIN_APP
+    from gpuforge.spec.catalog import load_catalog
+    from gpuforge.spec.kubernetes.settings import defaults
+    from gpuforge.spec.kubernetes.sharing import plan_sharing
+    from gpuforge.spec.profiles import load_profile
 
     catalog = load_catalog()
     profile = load_profile(profile_name)

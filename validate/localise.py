@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.results import CheckResult, Level
-from validate.network.policy import figure
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.network.policy import figure
 
 NAME = "network.localise"
 MAD_SCALE = 1.4826  # scaled MAD estimates the standard deviation for normal data

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
-from validate.thresholds import policy
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.validate.thresholds import policy
 
 # Open MPI of the EFA installer. Called by absolute path: a non-login SSH session has no
 # /opt/amazon/openmpi/bin on PATH (the installer adds it in /etc/profile.d only), and Open MPI

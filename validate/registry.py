@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from validate.checks import NodeCheck
-from validate.compute import ComputeCheck
-from validate.gpu.bootstrap_status import BootstrapStatusCheck
-from validate.gpu.efa import EfaProviderCheck
-from validate.gpu.health import GpuHealthCheck
-from validate.gpu.inventory import GpuInventoryCheck
-from validate.gpu.nvlink import NvlinkCheck
-from validate.gpu.topology import TopologyCheck
-from validate.gpu.xid import XidScanCheck
-from validate.nccl import NcclLocalCheck
+from gpuforge.validate.checks import NodeCheck
+from gpuforge.validate.compute import ComputeCheck
+from gpuforge.validate.gpu.bootstrap_status import BootstrapStatusCheck
+from gpuforge.validate.gpu.efa import EfaProviderCheck
+from gpuforge.validate.gpu.health import GpuHealthCheck
+from gpuforge.validate.gpu.inventory import GpuInventoryCheck
+from gpuforge.validate.gpu.nvlink import NvlinkCheck
+from gpuforge.validate.gpu.topology import TopologyCheck
+from gpuforge.validate.gpu.xid import XidScanCheck
+from gpuforge.validate.nccl import NcclLocalCheck
 
 
 def node_checks() -> list[NodeCheck[Any]]:

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from common.results import CheckResult, Level, Report, atomic_write
-from validate import collective, localise
-from validate.checks import Expectations, NodeCheck
-from validate.inventory import Inventory, Node
-from validate.network import iperf, ping
-from validate.network.stage import NetworkStage
-from validate.transport import CommandResult, Job, Outcome, Transport, run_many
+from gpuforge.common.results import CheckResult, Level, Report, atomic_write
+from gpuforge.validate import collective, localise
+from gpuforge.validate.checks import Expectations, NodeCheck
+from gpuforge.validate.inventory import Inventory, Node
+from gpuforge.validate.network import iperf, ping
+from gpuforge.validate.network.stage import NetworkStage
+from gpuforge.validate.transport import CommandResult, Job, Outcome, Transport, run_many
 
 GATE_TIER = 0
 _BAD = (Level.ERROR, Level.UNKNOWN)

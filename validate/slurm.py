@@ -18,8 +18,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from validate.inventory import Node
-from validate.transport import KILL_AFTER_S, LOCAL_SLACK_S, TIMEOUT_RCS, CommandResult, Outcome, run_bounded, wrap
+from gpuforge.validate.inventory import Node
+from gpuforge.validate.transport import KILL_AFTER_S, LOCAL_SLACK_S, TIMEOUT_RCS, CommandResult, Outcome, run_bounded, wrap
 
 # srun's own failures, as Slurm 22.05 prints them (src/srun/libsrun/allocate.c, launch.c): the
 # node is out of reach for this run, not a failed check.

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
 
 NETWORK_TOOLS = ("iperf3", "ping", "ss", "timeout")
 # ENA Express (SRD) carries packets of up to MTU 8900; larger ones go by plain ENA and its lower

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from common.results import CheckResult, Level, atomic_write
-from validate.checks import Expectations
-from validate.system import ENA_EXPRESS_MTU
+from gpuforge.common.results import CheckResult, Level, atomic_write
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.system import ENA_EXPRESS_MTU
 
 DATA_FILE = Path(__file__).resolve().parent / "data" / "thresholds.yaml"
 BASELINE_SCHEMA = 1
@@ -94,8 +93,8 @@ def build_expectations(
     The instance type defaults to the profile's shape. Overrides (from the inventory) use
     Expectations field names or extra keys and win over everything, with source "inventory".
     """
-    from components.catalog import load_catalog  # imported here: keep `import validate` light
-    from components.profiles import UnknownProfileError, load_profile
+    from gpuforge.spec.catalog import load_catalog  # imported here: keep `import validate` light
+    from gpuforge.spec.profiles import UnknownProfileError, load_profile
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

@@ -40,10 +40,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import paramiko
-
-from common.errors import InputError
-from common.results import atomic_write
-from validate.inventory import Node, SshConfig
+from gpuforge.common.errors import InputError
+from gpuforge.common.results import atomic_write
+from gpuforge.validate.inventory import Node, SshConfig
 
 # The remote `timeout` gets this long after TERM before KILL; the local deadline adds it plus
 # one round trip's slack so the remote verdict (rc 124/137) normally arrives first.

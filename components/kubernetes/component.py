@@ -13,18 +13,17 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+from gpuforge.common.errors import ConfigError
+from gpuforge.components.kubernetes import manifests as m
+from gpuforge.components.monitoring import IdleAlarm
+from gpuforge.components.operations import idle_alarm_args
+from gpuforge.spec.addressing import control_plane_cidr
+from gpuforge.spec.catalog import load_catalog
+from gpuforge.spec.config import PROJECT, StackConfig
+from gpuforge.spec.kubernetes.quotas import team_quota
+from gpuforge.spec.kubernetes.settings import KubernetesSettings
+from gpuforge.spec.kubernetes.sharing import plan_sharing
 from pulumi.runtime import config as runtime_config
-
-from common.errors import ConfigError
-from components.addressing import control_plane_cidr
-from components.catalog import load_catalog
-from components.config import PROJECT, StackConfig
-from components.kubernetes import manifests as m
-from components.kubernetes.quotas import team_quota
-from components.kubernetes.settings import KubernetesSettings
-from components.kubernetes.sharing import plan_sharing
-from components.monitoring import IdleAlarm
-from components.operations import idle_alarm_args
 
 # kind -> the typed pulumi-kubernetes class, so the preview shows real Kubernetes types.
 _KINDS: dict[str, Any] = {
@@ -91,7 +90,7 @@ class GpuKubernetes(pulumi.ComponentResource):
         docs = manifests_for(cfg, (args.checkpoint_bucket or "") if settings.mode == "eks" else "")
 
         if settings.mode == "eks":
-            from components.kubernetes.eks import EksArgs, EksCluster, PrivateAccess, StorageAccess
+            from gpuforge.components.kubernetes.eks import EksArgs, EksCluster, PrivateAccess, StorageAccess
 
             eks = EksCluster(
                 name,

@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
-
-from components.catalog import InstanceType
-from components.compute import network_interfaces, node_policy
-from components.kubernetes.manifests import GPU_NODE_LABEL, GPU_TAINT
-from components.kubernetes.settings import defaults
+from gpuforge.components.compute import network_interfaces, node_policy
+from gpuforge.components.kubernetes.manifests import GPU_NODE_LABEL, GPU_TAINT
+from gpuforge.spec.catalog import InstanceType
+from gpuforge.spec.kubernetes.settings import defaults
 
 CLUSTER_POLICIES = ("arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",)
 # The minimum AWS documents for managed-node-group nodes; nothing else (no S3, no SSM): pods

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-
-from components.kubernetes import serving
-from components.kubernetes.quotas import TeamQuota
-from components.kubernetes.settings import KubernetesSettings, defaults
-from components.kubernetes.sharing import GPU_RESOURCE, SharingPlan
+from gpuforge.components.kubernetes import serving
+from gpuforge.spec.kubernetes.quotas import TeamQuota
+from gpuforge.spec.kubernetes.settings import KubernetesSettings, defaults
+from gpuforge.spec.kubernetes.sharing import GPU_RESOURCE, SharingPlan
 
 Manifest = dict[str, Any]
 

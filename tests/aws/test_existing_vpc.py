@@ -1,6 +1,6 @@
 """Item 6 of issue 10: a stack in an existing VPC (gpuforge:vpcId/subnetId).
 
-The mock answers the EC2 route-table lookups with EC2's filter semantics (gpuforge/offline/mocks.py
+The mock answers the EC2 route-table lookups with EC2's filter semantics (cli/offline/mocks.py
 ExistingVpc): `association.subnet-id` matches explicit associations only, so a subnet that follows
 the VPC's main route table has none, and terraform-provider-aws's singular route-table data source
 fails on it ("query returned no results", vpc_route_table_data_source.go)."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from components.config import PROJECT
 from gpuforge.offline.engine import run_program
 from gpuforge.offline.mocks import ExistingVpc, MockHints, OfflineMocks
+from gpuforge.spec.config import PROJECT
 from gpuforge.stackfile import load_stack_config
+
 from tests.components.stackcfg import base_config
 
 ROOT = Path(__file__).resolve().parents[2]

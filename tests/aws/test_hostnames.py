@@ -5,10 +5,11 @@ discover (tests/validate/test_discover.py::test_single_auto_scaling_node_is_name
 
 from __future__ import annotations
 
-from components.autoscaling import NAME_SUFFIX_TAG
+from gpuforge.components.autoscaling import NAME_SUFFIX_TAG
+from gpuforge.validate import discover
+
 from tests.aws.conftest import one
 from tests.components.stackcfg import base_config
-from validate import discover
 
 
 def test_group_members_carry_the_name_suffix_tag(record) -> None:

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from bootstrap.render import RenderedBootstrap, render_user_data
-from bootstrap.versions import Versions, load_versions
-from components.config import StackConfig
+from gpuforge.bootstrap.render import RenderedBootstrap, render_user_data
+from gpuforge.bootstrap.versions import Versions, load_versions
+from gpuforge.spec.config import StackConfig
 
 FAKE = Path(__file__).resolve().parent / "fakes" / "fake"
 FAKED = (

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from components.config import StackConfig, parse_stack_config
+from gpuforge.spec.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
 
 PROJECT = Path(__file__).resolve().parents[2]

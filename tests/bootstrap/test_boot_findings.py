@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpuforge.bootstrap.ncclenv import env_file, nccl_env, profile_script
+from gpuforge.bootstrap.versions import load_versions
+from gpuforge.spec.config import StackConfig
 
-from bootstrap.ncclenv import env_file, nccl_env, profile_script
-from bootstrap.versions import load_versions
-from components.config import StackConfig
 from tests.bootstrap.bootstrap_sandbox import Sandbox, installs
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv / unshare)")
@@ -125,7 +125,7 @@ def test_ofi_configure_failure_is_reported_by_its_own_words(stack_cfg: dict[str,
 def _lib(tmp: Path) -> Path:
     sb_lib = tmp / "opt/gpuforge/lib.sh"
     sb_lib.parent.mkdir(parents=True)
-    from bootstrap.render import _env
+    from gpuforge.bootstrap.render import _env
 
     sb_lib.write_text(_env().get_template("lib.sh.j2").render())
     (tmp / "var/lib/gpuforge").mkdir(parents=True)
@@ -200,7 +200,7 @@ def test_status_file_is_readable_by_the_unprivileged_login_user(
     assert sb.run().returncode == 0, sb.log()[-2000:]
     status = sb.root / "var/lib/gpuforge/bootstrap-status.json"
     # validate's own command (validate/gpu/bootstrap_status.py), run as nobody under the real mode bits.
-    from validate.gpu.bootstrap_status import PATH
+    from gpuforge.validate.gpu.bootstrap_status import PATH
 
     cmd = f"if [ -e {status} ]; then cat {status}; else echo missing; fi"
     assert PATH == "/var/lib/gpuforge/bootstrap-status.json"
@@ -254,7 +254,7 @@ def test_efa_node_allows_ptrace_between_ranks(efa_run: Sandbox, stack_cfg: dict[
 
 
 def render_text(cfg: StackConfig) -> str:
-    from bootstrap.render import render_user_data
+    from gpuforge.bootstrap.render import render_user_data
 
     return render_user_data(cfg, "n1").files["user-data.yaml"]
 
@@ -304,8 +304,8 @@ def test_kernel_is_held_with_the_pinned_driver(stack_cfg: dict[str, StackConfig]
 
 
 def test_preinstalled_driver_is_refused_for_volta(stack_cfg: dict[str, StackConfig]) -> None:
-    from bootstrap.plan import BootstrapError
-    from bootstrap.render import render_user_data
+    from gpuforge.bootstrap.plan import BootstrapError
+    from gpuforge.bootstrap.render import render_user_data
 
     cfg = stack_cfg["risk-sim"].model_copy(update={"driver_preinstalled": True})
     assert cfg.instance.gpu_model.startswith("V100")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpuforge.bootstrap.render import EC2_USER_DATA_LIMIT, USER_DATA_FILE, BootstrapError, render_user_data
+from gpuforge.bootstrap.versions import VersionsError, load_versions
+from gpuforge.components.userdata import stack_user_data
+from gpuforge.spec.config import StackConfig
+from gpuforge.spec.profiles import Sharing
 
-from bootstrap.render import EC2_USER_DATA_LIMIT, USER_DATA_FILE, BootstrapError, render_user_data
-from bootstrap.versions import VersionsError, load_versions
-from components.config import StackConfig
-from components.profiles import Sharing
-from components.userdata import stack_user_data
 from tests.support.golden import check_golden
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -205,7 +205,7 @@ def test_node_scripts_carry_no_full_line_comments_but_keep_what_runs() -> None:
     """Comments stay in the templates; on the node they would cost user data (EC2: 16 KB gzipped).
     The shebang, shellcheck directives, the pointer to the template, line-end comments and a '#'
     that is not at the start of a line (${#a[@]}, a URL fragment) stay."""
-    from bootstrap.render import strip_shell_comments
+    from gpuforge.bootstrap.render import strip_shell_comments
 
     script = (
         "#!/bin/bash\n"

@@ -19,9 +19,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from bootstrap.render import render_user_data
-from components.config import StackConfig
+from gpuforge.bootstrap.render import render_user_data
+from gpuforge.spec.config import StackConfig
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "apt-get", "dpkg-deb", "dpkg-query")),

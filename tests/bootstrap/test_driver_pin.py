@@ -16,10 +16,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from bootstrap.render import render_user_data
-from bootstrap.versions import load_versions
-from components.config import StackConfig
+from gpuforge.bootstrap.render import render_user_data
+from gpuforge.bootstrap.versions import load_versions
+from gpuforge.spec.config import StackConfig
 
 pytestmark = pytest.mark.skipif(not shutil.which("apt-cache"), reason="needs apt (Debian)")
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bootstrap.mirror import REGISTRIES, URL_UPSTREAMS, parse_mirror
-from bootstrap.versions import load_versions
-from common.errors import ConfigError
-from components.config import parse_stack_config
-from components.userdata import stack_user_data
+from gpuforge.bootstrap.versions import load_versions
 from gpuforge.cli import main
+from gpuforge.common.errors import ConfigError
+from gpuforge.components.userdata import stack_user_data
+from gpuforge.spec.config import parse_stack_config
+from gpuforge.spec.mirror import REGISTRIES, URL_UPSTREAMS, parse_mirror
 from gpuforge.stackfile import load_stack_config
+
 from tests.bootstrap.conftest import PROJECT
 from tests.components.stackcfg import base_config
 

@@ -8,10 +8,9 @@ import shutil
 import subprocess
 
 import pytest
-
-from bootstrap.render import mount_unit
-from components.config import StackConfig
-from components.userdata import stack_user_data
+from gpuforge.bootstrap.render import mount_unit
+from gpuforge.components.userdata import stack_user_data
+from gpuforge.spec.config import StackConfig
 
 UNIT = "etc/systemd/system/gpuforge-bootstrap.service"
 

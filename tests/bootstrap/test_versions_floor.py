@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bootstrap.versions import load_versions
+from gpuforge.bootstrap.versions import load_versions
 
 # CVE-2025-23266: NVIDIA Container Toolkit "all versions up to and including 1.17.7" (CVE record,
 # CVEProject/cvelistV5 cves/2025/23xxx/CVE-2025-23266.json); CVE-2025-23359 is fixed below that.

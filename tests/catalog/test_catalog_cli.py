@@ -8,7 +8,6 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
 from gpuforge.cli import cli, main
 
 

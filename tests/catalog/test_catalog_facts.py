@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from components.catalog import load_catalog
+from gpuforge.spec.catalog import load_catalog
 
 CAT = load_catalog()
 TYPES = CAT.instance_types

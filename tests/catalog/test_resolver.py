@@ -5,10 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from components.catalog import load_catalog
-from components.profiles import Requirements, all_profiles, load_profile
-from components.resolver import Candidate, ResolveError, best_exact, resolve
+from gpuforge.spec.catalog import load_catalog
+from gpuforge.spec.profiles import Requirements, all_profiles, load_profile
+from gpuforge.spec.resolver import Candidate, ResolveError, best_exact, resolve
 
 CAT = load_catalog()
 

@@ -3,7 +3,7 @@
 Fixtures:
 - `gf`: run `gpuforge ARGS...` (the console script next to this interpreter) in a directory,
   with the environment given; returns the CompletedProcess (text). Bounded by a timeout.
-- `project`: a copy of the project (Pulumi.yaml, __main__.py, stacks/, components/) in tmp_path,
+- `project`: a copy of the project (Pulumi.yaml, __main__.py, stacks/: no code) in tmp_path,
   so a test may edit prices, profiles and stack files freely.
 - `silent_endpoint`: `http://127.0.0.1:PORT` of a TCP server in this process that accepts
   connections and never answers (a stalled AWS endpoint or SSH server); closed after the test.
@@ -61,7 +61,6 @@ def project(tmp_path: Path) -> Path:
     for name in ("Pulumi.yaml", "__main__.py"):
         shutil.copy(REPO / name, root / name)
     shutil.copytree(REPO / "stacks", root / "stacks")
-    shutil.copytree(REPO / "components", root / "components", ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 

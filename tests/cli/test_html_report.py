@@ -88,9 +88,9 @@ def test_validate_html_heatmap_in_chromium(gf: Gf, tmp_path: Path, browser: Any)
 
 
 def test_nccl_chart_from_real_nccl_tests_output(tmp_path: Path, browser: Any) -> None:
-    from common.results import CheckResult, Level, Report
+    from gpuforge.common.results import CheckResult, Level, Report
     from gpuforge.htmlreport import write_html
-    from validate.nccl import parse_nccl
+    from gpuforge.validate.nccl import parse_nccl
 
     stdout = (FIXTURES / "nccl_f1_p4de_2node_srun.txt").read_text()
     evidence = tmp_path / "ev"

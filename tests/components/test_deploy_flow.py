@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from gpuforge.cli import main
-from validate.inventory import Inventory
+from gpuforge.validate.inventory import Inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -44,7 +43,6 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 def exported() -> dict[str, Any]:
     """`gpuforge preview --format json` of every stack, through the command line, once."""
     from click.testing import CliRunner
-
     from gpuforge.cli import cli
 
     runner = CliRunner()
@@ -99,7 +97,7 @@ def test_exported_inventory_gets_past_validate_loading(stack, form, exported, tm
 
 def test_every_inventory_key_the_program_exports_is_accepted(exported):
     """Not just today's stacks: each top-level key of the real export is a field validate knows."""
-    from validate.inventory import Inventory
+    from gpuforge.validate.inventory import Inventory
 
     keys = {k for inv in exported.values() for k in inv}
     assert keys <= set(Inventory.model_fields), keys - set(Inventory.model_fields)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuforge.commands.options import find_project_dir
+
 from tests.components.stackcfg import ROOT
 
 

@@ -1,13 +1,13 @@
 """Pulumi.yaml and every stack file against the Pulumi CLI's own project and stack-config rules.
 
-The rules are ported in gpuforge/pulumi_conformance.py from pulumi/pulumi at commit
+The rules are ported in cli/pulumi_conformance.py from pulumi/pulumi at commit
 1b5949891b3cefcb9974752b24a5ecef0acc86c8 (pkg/workspace/config.go mergeConfig /
 validateStackConfigValue, sdk/go/common/workspace/project.go Validate / ValidateConfigValue and
 the schema project.json). The first group of tests replays the CLI's own unit tests
 (pkg/workspace/config_project_test.go, same commit) against the port, so the port is checked
 against the counterpart's expectations, not ours. The rest apply the port to this project:
 Pulumi.yaml, every committed stack, every stack `gpuforge stack new` writes, and the promise that
-a Pulumi.yaml default means exactly what leaving the key out means to components/config.py.
+a Pulumi.yaml default means exactly what leaving the key out means to spec/config.py.
 These iterate over Pulumi.yaml, so a key another change adds is covered without editing here.
 """
 
@@ -21,11 +21,10 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import pytest
 import yaml
-
-from common.errors import ConfigError
-from components.config import RawStackConfig, parse_stack_config
 from gpuforge import pulumi_conformance as pc
 from gpuforge.cli import main
+from gpuforge.common.errors import ConfigError
+from gpuforge.spec.config import RawStackConfig, parse_stack_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -173,7 +172,7 @@ def test_committed_stack_passes_the_cli(stack):
 @pytest.mark.parametrize("team", TEAMS)
 def test_stack_new_output_passes_the_cli(team, tmp_path):
     """What `gpuforge stack new` writes for every team data file and every profile it accepts."""
-    from components.profiles import profile_names
+    from gpuforge.spec.profiles import profile_names
 
     proj = _copy_project(tmp_path)
     written = []
@@ -246,7 +245,7 @@ def _stack_only(stack: str) -> dict[str, str]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_default_means_what_leaving_the_key_out_means(stack):
     """The CLI hands the program Pulumi.yaml's default for each key a stack leaves out: that
-    must resolve to the same StackConfig as the key's absence (components/config.py's default)."""
+    must resolve to the same StackConfig as the key's absence (spec/config.py's default)."""
     project = pc.load_project(ROOT / "Pulumi.yaml")
     own = _stack_only(stack)
     merged = pc.program_config(pc.check_stack(ROOT, stack))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from common.errors import ConfigError
-from components.catalog import load_catalog
-from components.kubernetes.quotas import team_quota
-from components.kubernetes.sharing import plan_sharing
-from components.profiles import Sharing
+from gpuforge.common.errors import ConfigError
+from gpuforge.spec.catalog import load_catalog
+from gpuforge.spec.kubernetes.quotas import team_quota
+from gpuforge.spec.kubernetes.sharing import plan_sharing
+from gpuforge.spec.profiles import Sharing
 
 CAT = load_catalog()
 

@@ -8,10 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from common.results import Level
-from tests.k8s.fake_api import Scenario, fixture, serve, write_kubeconfig
-from validate.kubernetes import (
+from gpuforge.common.results import Level
+from gpuforge.validate.kubernetes import (
     NODES,
     PLUGIN,
     SMI_POD,
@@ -20,6 +18,8 @@ from validate.kubernetes import (
     parse_smi_gpus,
     run_kubernetes_checks,
 )
+
+from tests.k8s.fake_api import Scenario, fixture, serve, write_kubeconfig
 
 EXPECT = replace(expect_from_profile("nlp-inference"), pod_timeout_s=10, poll_s=0.01)
 

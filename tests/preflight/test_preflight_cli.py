@@ -11,9 +11,8 @@ from typing import Any
 import boto3
 import pytest
 from click.testing import CliRunner
-
-from components.config import parse_stack_config
 from gpuforge.cli import cli, main
+from gpuforge.spec.config import parse_stack_config
 from gpuforge.stackfile import load_stack_config
 
 P_ON_DEMAND, P_SPOT, G_ON_DEMAND = "L-417A185B", "L-7212CCBC", "L-DB2E81BA"

@@ -1,13 +1,12 @@
-"""gpuforge/stackfile.py: stack config as the engine would hand it over, and the --pin-az line edit."""
+"""cli/stackfile.py: stack config as the engine would hand it over, and the --pin-az line edit."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from common.errors import InputError
-from components.config import parse_stack_config
+from gpuforge.common.errors import InputError
+from gpuforge.spec.config import parse_stack_config
 from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config, set_config_value, stack_names
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +46,7 @@ def test_encodings_and_project_defaults(project: Path) -> None:
     assert secrets == ["gpuforge:ngcApiKeyParameter"]
     assert raw["gpuforge:sshUser"] == "ubuntu"  # Pulumi.yaml default
     # Every optional key has a default in Pulumi.yaml (the CLI requires keys without one); ""
-    # is read as unset by components/config.py (tests/components/test_pulumi_conformance.py)
+    # is read as unset by spec/config.py (tests/components/test_pulumi_conformance.py)
     assert raw["gpuforge:keyName"] == ""
 
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bootstrap.versions import load_versions
-from components.config import StackConfig, parse_stack_config
-from components.userdata import stack_user_data
+from gpuforge.bootstrap.versions import load_versions
+from gpuforge.components.userdata import stack_user_data
+from gpuforge.spec.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
+
 from tests.rehearsal.nodes import Node, Rehearsal
 
 PROJECT = Path(__file__).resolve().parents[2]

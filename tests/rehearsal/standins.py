@@ -3,7 +3,7 @@ installer, aws-ofi-nccl and nccl-tests).
 
 Each stand-in installs the vendor's tools where the real package puts them and names, in its
 `imitates` field (kept in the .deb's Description), the vendor file it imitates. Versions come
-from bootstrap/versions.yaml, so a pin change moves the stand-ins with it. What a GPU tool prints
+from gpuforge.bootstrap/versions.yaml, so a pin change moves the stand-ins with it. What a GPU tool prints
 is real captured output (tests/validate/fixtures, replayed by tests/validate/replay/_replay.py),
 or, for the bootstrap's own queries of the instance's GPUs (name, driver, persistence mode), a
 row per GPU made from the name nvidia-smi prints for the catalog model and the pinned driver:
@@ -26,7 +26,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bootstrap.versions import Versions
+from gpuforge.bootstrap.versions import Versions
 
 REPO = Path(__file__).resolve().parents[2]
 REPLAY = REPO / "tests" / "validate" / "replay"

@@ -32,8 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bootstrap.slurm import SlurmLayout, SlurmPaths, render_slurm
-from components.profiles import SlurmHealthCheck, SlurmPartition
+from gpuforge.bootstrap.slurm import SlurmLayout, SlurmPaths, render_slurm
+from gpuforge.spec.profiles import SlurmHealthCheck, SlurmPartition
+
 from tests.validate.testbed import REPLAY_DIR, Testbed, missing_requirements
 
 FIXTURES = REPLAY_DIR.parent / "fixtures"

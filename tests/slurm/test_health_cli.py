@@ -12,7 +12,7 @@ def test_unwritable_log_is_bad_input_before_slurm_is_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpuforge.cli import main
-    from validate import slurm
+    from gpuforge.validate import slurm
 
     def no_slurm(*_a: object, **_k: object) -> None:
         raise AssertionError("Slurm was asked although the log cannot be written")

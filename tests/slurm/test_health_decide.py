@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.results import CheckResult, Level
-from validate.health import REASON_PREFIX, decide
-from validate.slurm import NodeStatus
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.health import REASON_PREFIX, decide
+from gpuforge.validate.slurm import NodeStatus
 
 OK = [CheckResult("gpu.count", Level.PASS, ("n1",), 8, 8, "8 GPUs")]
 BAD = [CheckResult("gpu.count", Level.ERROR, ("n1",), 7, 8, "7 of 8 GPUs visible")]

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from gpuforge.policycheck import check_graph
+
 from tests.policy.conftest import mutate
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -46,7 +47,7 @@ def test_munge_key_is_a_secret_parameter_and_never_in_user_data(record) -> None:
     assert munge.inputs["type"] == "SecureString"
     assert munge.inputs["value"].get(SECRET_SIG) == SECRET_VALUE  # the engine holds it as a secret
     assert munge.inputs["keyId"]  # its own KMS key, not the account default
-    stand_in = "T0ZGTElORS1NVU5HRS1LRVk="  # the offline engine's RandomBytes (gpuforge/offline/mocks.py)
+    stand_in = "T0ZGTElORS1NVU5HRS1LRVk="  # the offline engine's RandomBytes (cli/offline/mocks.py)
     booted = [r.inputs.get("userDataBase64") or r.inputs.get("userData")
               for r in _by(res, INSTANCE) + _by(res, "aws:ec2/launchTemplate:LaunchTemplate")]  # fmt: skip
     texts = [_user_data(b) for b in booted if b]

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpuforge.validate.inventory import Node
+from gpuforge.validate.slurm import SlurmClient, SlurmTransport
+from gpuforge.validate.transport import Outcome
 
 from tests.slurm.slurmbed import SlurmBed, slurm_missing
-from validate.inventory import Node
-from validate.slurm import SlurmClient, SlurmTransport
-from validate.transport import Outcome
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 MISSING = "h100-590-gpu-missing"

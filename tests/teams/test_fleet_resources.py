@@ -9,10 +9,9 @@ import importlib
 import inspect
 
 import pytest
-
-from bootstrap.render import render_user_data
-from common.errors import ConfigError
-from components.purchase import checkpoint_command
+from gpuforge.bootstrap.render import render_user_data
+from gpuforge.common.errors import ConfigError
+from gpuforge.components.purchase import checkpoint_command
 from gpuforge.offline.mocks import MOCK_ACCOUNT
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -13,9 +13,8 @@ from typing import Any
 
 import boto3
 import pytest
-
 from gpuforge.cli import main
-from validate.discover import discover_inventory
+from gpuforge.validate.discover import discover_inventory
 
 TAGS = {"project": "gpuforge", "stack": "cv-training", "profile": "cv-training", "team": "vision", "owner": "ana"}
 

@@ -7,9 +7,9 @@ amzn/amzn-ec2-ena-utilities ena-express/check-ena-express-settings.sh @ 6ecb14cf
 
 from __future__ import annotations
 
-from common.results import Level
-from validate import thresholds
-from validate.system import MtuCheck
+from gpuforge.common.results import Level
+from gpuforge.validate import thresholds
+from gpuforge.validate.system import MtuCheck
 
 # /sys/class/net as MtuCheck's command prints it on a p5 node (interface names as Ubuntu's).
 AT_EC2_DEFAULT = "lo 65536\nens5 9001\ndocker0 1500\n"

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from common.errors import InputError
-from validate.inventory import load_inventory, parse_inventory
+from gpuforge.common.errors import InputError
+from gpuforge.validate.inventory import load_inventory, parse_inventory
 
 INV = {
     "profile": "nlp-inference",

@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from common.results import Level
-from validate import localise
-from validate.checks import ParseError
-from validate.network import iperf, ping, schedule, tcp_test
+from gpuforge.common.results import Level
+from gpuforge.validate import localise
+from gpuforge.validate.checks import ParseError
+from gpuforge.validate.network import iperf, ping, schedule, tcp_test
 
 FIX = Path(__file__).with_name("netfix")
 

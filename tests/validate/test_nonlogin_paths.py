@@ -9,11 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from validate import collective
-from validate.checks import Expectations
-from validate.gpu.efa import EFA_FI_INFO, EfaProviderCheck
-from validate.nccl import EFA_MPIRUN
+from gpuforge.validate import collective
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.gpu.efa import EFA_FI_INFO, EfaProviderCheck
+from gpuforge.validate.nccl import EFA_MPIRUN
 
 FI_INFO = "#!/bin/sh\nprintf 'provider: efa\\n    fabric: efa\\n    domain: rdmap16s27-rdm\\n    type: FI_EP_RDM\\n'\n"
 

@@ -9,17 +9,17 @@ import json
 from pathlib import Path
 
 import pytest
+from gpuforge.common.results import Level
+from gpuforge.validate.checks import ParseError
+from gpuforge.validate.gpu.nvlink import NvlinkCheck, parse_nvlink
+from gpuforge.validate.gpu.topology import TopologyCheck, parse_topo
+from gpuforge.validate.gpu.xid import MARK as XID_MARK
+from gpuforge.validate.gpu.xid import XidScanCheck
+from gpuforge.validate.nccl import NcclLocalCheck, evaluate_nccl, parse_nccl
+from gpuforge.validate.network import iperf
+from gpuforge.validate.thresholds import build_expectations
 
-from common.results import Level
 from tests.validate.gpu_fixtures import fixture
-from validate.checks import ParseError
-from validate.gpu.nvlink import NvlinkCheck, parse_nvlink
-from validate.gpu.topology import TopologyCheck, parse_topo
-from validate.gpu.xid import MARK as XID_MARK
-from validate.gpu.xid import XidScanCheck
-from validate.nccl import NcclLocalCheck, evaluate_nccl, parse_nccl
-from validate.network import iperf
-from validate.thresholds import build_expectations
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 P4DE = build_expectations("cv-training", None, {})
@@ -163,7 +163,7 @@ def test_iperf_bidir_duplicate_keys_keep_both_directions():
 def test_gpu_fallen_off_the_bus_without_an_xid_line_is_fatal():
     import subprocess
 
-    from validate.gpu.xid import GREP
+    from gpuforge.validate.gpu.xid import GREP
 
     log = CORPUS / "xid/nvsentinel-155_570_fallen_off_bus_no_xid.txt"
     # the command's own grep keeps the lines that say so (no "NVRM: Xid" among them)
@@ -184,7 +184,7 @@ def test_smi_q_of_one_selected_gpu_is_not_a_truncated_output():
     # DERIVED from corpus/smi_q/azhpc-diag_a100_460.32.03_8gpu.txt: its preamble ("Attached GPUs :
     # 8") and first GPU block whole, which is what `nvidia-smi -q -i 0` prints; cut inside the
     # block (no "Processes" section yet) it is still a truncated output
-    from validate.gpu.health import GpuHealthCheck
+    from gpuforge.validate.gpu.health import GpuHealthCheck
 
     lines = corpus("smi_q/azhpc-diag_a100_460.32.03_8gpu.txt").splitlines(keepends=True)
     second = [i for i, ln in enumerate(lines) if ln.startswith("GPU ")][1]
@@ -213,7 +213,7 @@ def test_iperf_json_stream_needs_every_line_to_be_an_event():
 
 
 def test_smi_table_gpu_names_from_every_driver_generation_in_the_corpus():
-    from validate.kubernetes import parse_smi_gpus
+    from gpuforge.validate.kubernetes import parse_smi_gpus
 
     names = {
         "smi_table/exporter_windows_rtx-2080-super_610.62.txt": ["NVIDIA GeForce RTX 2080 ..."],  # WDDM column

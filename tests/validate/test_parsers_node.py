@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 
-from common.results import Level
+from gpuforge.common.results import Level
+from gpuforge.validate.compute import SCRIPT, ComputeCheck
+from gpuforge.validate.gpu.bootstrap_status import MISSING, BootstrapStatusCheck
+from gpuforge.validate.gpu.efa import MARK as FI_MARK
+from gpuforge.validate.gpu.efa import EfaProviderCheck
+from gpuforge.validate.gpu.xid import MARK as XID_MARK
+from gpuforge.validate.gpu.xid import XidScanCheck
+from gpuforge.validate.registry import node_checks
+from gpuforge.validate.thresholds import build_expectations
+
 from tests.validate.gpu_fixtures import fixture, truncate
-from validate.compute import SCRIPT, ComputeCheck
-from validate.gpu.bootstrap_status import MISSING, BootstrapStatusCheck
-from validate.gpu.efa import MARK as FI_MARK
-from validate.gpu.efa import EfaProviderCheck
-from validate.gpu.xid import MARK as XID_MARK
-from validate.gpu.xid import XidScanCheck
-from validate.registry import node_checks
-from validate.thresholds import build_expectations
 
 P4DE = build_expectations("cv-training", None, {})
 P3DN = build_expectations("risk-sim", None, {})

@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 
 import pytest
+from gpuforge.common.results import Level
+from gpuforge.validate.checks import Expectations, ParseError
+from gpuforge.validate.gpu.health import GpuHealthCheck
+from gpuforge.validate.gpu.inventory import GpuInventoryCheck, cluster_consistency
+from gpuforge.validate.gpu.smi_csv import parse_query_csv
+from gpuforge.validate.gpu.smi_q import parse_smi_q
+from gpuforge.validate.thresholds import build_expectations
 
-from common.results import Level
 from tests.validate.gpu_fixtures import a100_inventory, drop_csv_column, fixture, truncate, with_smi_header
-from validate.checks import Expectations, ParseError
-from validate.gpu.health import GpuHealthCheck
-from validate.gpu.inventory import GpuInventoryCheck, cluster_consistency
-from validate.gpu.smi_csv import parse_query_csv
-from validate.gpu.smi_q import parse_smi_q
-from validate.thresholds import build_expectations
 
 P4DE = build_expectations("cv-training", None, {})
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from gpuforge.common.results import Level
+from gpuforge.validate.checks import ParseError
+from gpuforge.validate.gpu.nvlink import NvlinkCheck, parse_nvlink
+from gpuforge.validate.gpu.topology import TopologyCheck, parse_topo
+from gpuforge.validate.thresholds import build_expectations
 
-from common.results import Level
 from tests.validate.gpu_fixtures import fixture, truncate
-from validate.checks import ParseError
-from validate.gpu.nvlink import NvlinkCheck, parse_nvlink
-from validate.gpu.topology import TopologyCheck, parse_topo
-from validate.thresholds import build_expectations
 
 P4DE = build_expectations(None, "p4de.24xlarge", {})
 P3DN = build_expectations(None, "p3dn.24xlarge", {})

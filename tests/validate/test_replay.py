@@ -7,11 +7,12 @@ import os
 import subprocess
 from pathlib import Path
 
-from common.results import Level
+from gpuforge.common.results import Level
+from gpuforge.validate.gpu.topology import TopologyCheck
+from gpuforge.validate.nccl import evaluate_nccl, parse_nccl
+from gpuforge.validate.thresholds import build_expectations
+
 from tests.validate.gpu_fixtures import fixture
-from validate.gpu.topology import TopologyCheck
-from validate.nccl import evaluate_nccl, parse_nccl
-from validate.thresholds import build_expectations
 
 REPLAY = Path(__file__).resolve().parent / "replay"
 

@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpuforge.common.results import Level
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.gpu.health import GpuHealthCheck
+from gpuforge.validate.gpu.inventory import GpuInventoryCheck
 
-from common.results import Level
 from tests.validate.gpu_fixtures import fixture
 from tests.validate.test_replay import run as replay
 from tests.validate.testbed import Testbed, missing_requirements
-from validate.checks import Expectations
-from validate.gpu.health import GpuHealthCheck
-from validate.gpu.inventory import GpuInventoryCheck
 
 CSV = "smi_csv_h100_590_exporter_capture.txt"
 SMI_Q = "smi_q_h100_590_exporter_capture.txt"

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
-from validate.inventory import Inventory, Node
-from validate.runner import Runner, RunOptions
-from validate.transport import CommandResult, Outcome
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.validate.inventory import Inventory, Node
+from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.transport import CommandResult, Outcome
 
 F1 = (Path(__file__).with_name("fixtures") / "nccl_f1_p4de_2node_srun.txt").read_text()
 _ROW = re.compile(r"^(0:\s+\d+\s+\d+\s+\S+\s+\S+\s+-?\d+\s+\S+\s+\S+\s+)(\S+)(\s+\S+\s+\S+\s+\S+\s+)(\S+)(.*)$")
@@ -81,8 +80,8 @@ def _inv(n: int) -> Inventory:
 
 
 def _expect() -> Expectations:
-    pytest.importorskip("validate.thresholds")
-    from validate.thresholds import build_expectations
+    pytest.importorskip("gpuforge.validate.thresholds")
+    from gpuforge.validate.thresholds import build_expectations
 
     return build_expectations("cv-training", None, {})
 

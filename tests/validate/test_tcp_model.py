@@ -14,12 +14,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from common.results import Level
-from components.catalog import load_catalog
-from validate import localise, thresholds
-from validate.checks import Expectations
-from validate.network import model, tcp_test
+from gpuforge.common.results import Level
+from gpuforge.spec.catalog import load_catalog
+from gpuforge.validate import localise, thresholds
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.network import model, tcp_test
 
 FIX = Path(__file__).with_name("netfix")
 

@@ -14,13 +14,12 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from common.results import Level
-from validate import thresholds
-from validate.checks import Expectations
-from validate.inventory import Inventory, Node
-from validate.runner import Runner, RunOptions
-from validate.transport import CommandResult, Outcome
+from gpuforge.common.results import Level
+from gpuforge.validate import thresholds
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.inventory import Inventory, Node
+from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.transport import CommandResult, Outcome
 
 FIX = Path(__file__).with_name("netfix")
 VERSION_39 = "iperf 3.9 (cJSON 1.7.13)\n"

@@ -16,16 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpuforge.common.results import Level
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.inventory import Inventory
+from gpuforge.validate.network.iperf import IperfSettings
+from gpuforge.validate.network.ping import PingSettings
+from gpuforge.validate.runner import Runner, RunOptions, RunResult
+from gpuforge.validate.system import system_checks
+from gpuforge.validate.transport import Outcome, SshTransport, Timeouts
 
-from common.results import Level
 from tests.validate.testbed import Testbed, missing_requirements
-from validate.checks import Expectations
-from validate.inventory import Inventory
-from validate.network.iperf import IperfSettings
-from validate.network.ping import PingSettings
-from validate.runner import Runner, RunOptions, RunResult
-from validate.system import system_checks
-from validate.transport import Outcome, SshTransport, Timeouts
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 _WHY = missing_requirements()

@@ -7,10 +7,9 @@ import dataclasses
 import json
 
 import pytest
-
-from common.results import CheckResult, Level
-from validate.checks import Expectations
-from validate.thresholds import (
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.thresholds import (
     ThresholdsError,
     apply_baseline,
     baseline_figures,

@@ -7,9 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from validate.inventory import Node
-from validate.transport import LocalTransport, Outcome, Timeouts, wrap
+from gpuforge.validate.inventory import Node
+from gpuforge.validate.transport import LocalTransport, Outcome, Timeouts, wrap
 
 NODE = Node(name="here", host="localhost")
 
@@ -94,7 +93,7 @@ def test_cli_unwritable_html_is_bad_input_before_the_run(tmp_path: Path, capsys:
 
 
 def test_cli_save_baseline_only_from_a_clean_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("validate.thresholds")
+    pytest.importorskip("gpuforge.validate.thresholds")
     from gpuforge.cli import main
 
     inv = tmp_path / "inv.json"

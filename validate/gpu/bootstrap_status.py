@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
-from validate.thresholds import policy
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.validate.thresholds import policy
 
 PATH = "/var/lib/gpuforge/bootstrap-status.json"
 MISSING = "# gpuforge bootstrap-status missing"

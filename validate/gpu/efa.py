@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
 
 MARK = "# gpuforge fi_info"
 EFA_FI_INFO = "/opt/amazon/efa/bin/fi_info"  # where the EFA installer puts it

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck
-from validate.gpu.smi_q import SmiBlock, as_int, as_yes, parse_smi_q
-from validate.thresholds import policy
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck
+from gpuforge.validate.gpu.smi_q import SmiBlock, as_int, as_yes, parse_smi_q
+from gpuforge.validate.thresholds import policy
 
 _THROTTLE_SECTIONS = (("Clocks Event Reasons",), ("Clocks Throttle Reasons",))
 # Drivers up to the 470 branch spell it "Ecc Mode" (thamada/gls GTX680_smi.py, 470.256.02, in

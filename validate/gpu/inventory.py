@@ -11,10 +11,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
-from validate.gpu.smi_csv import as_float, parse_headerless_rows, parse_query_csv
-from validate.thresholds import policy
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.validate.gpu.smi_csv import as_float, parse_headerless_rows, parse_query_csv
+from gpuforge.validate.thresholds import policy
 
 FIELDS = (
     "index",

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
-from validate.thresholds import policy
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.validate.thresholds import policy
 
 _GPU = re.compile(r"^GPU (?P<idx>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)$")
 _LINK = re.compile(r"^Link (?P<n>\d+): (?:(?P<speed>[\d.]+) ?GB/s|(?P<inactive><inactive>))$", re.IGNORECASE)

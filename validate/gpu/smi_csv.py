@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from validate.checks import ParseError
+from gpuforge.validate.checks import ParseError
 
 _UNAVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", ""}
 # Field names are mostly lower case, but not all: pci.baseClass, fabric.cliqueId,

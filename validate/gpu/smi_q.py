@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from validate.checks import ParseError
+from gpuforge.validate.checks import ParseError
 
 _GPU_HEADER = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 _ATTACHED = re.compile(r"^Attached GPUs\s*:\s*(?P<n>\d+)\s*$")

@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.results import CheckResult, Level
-from validate.checks import Expectations, NodeCheck, ParseError
-from validate.thresholds import policy
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
+from gpuforge.validate.thresholds import policy
 
 MARK = "# gpuforge xid-scan"
 _SOURCE = re.compile(rf"^{MARK} source=(?P<src>journalctl|dmesg|none)$")

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from common.results import CheckResult, Level
-from validate.checks import ParseError
-from validate.network.policy import figure
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import ParseError
+from gpuforge.validate.network.policy import figure
 
 NAME = "network.iperf3"
 

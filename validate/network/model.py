@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from validate.checks import Expectations
-from validate.network.policy import figure
+from gpuforge.validate.checks import Expectations
+from gpuforge.validate.network.policy import figure
 
 _FILE = Path(__file__).with_name("tcp_model.yaml")
 _VERSION = re.compile(r"iperf (\d+)\.(\d+)")

@@ -11,10 +11,10 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from common.results import CheckResult, Level
-from validate.checks import ParseError
-from validate.network.iperf import pair_label
-from validate.network.policy import figure
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import ParseError
+from gpuforge.validate.network.iperf import pair_label
+from gpuforge.validate.network.policy import figure
 
 NAME = "network.ping"
 MTU_NAME = "network.path_mtu"

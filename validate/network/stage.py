@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from common.results import CheckResult, Level
-from validate import localise
-from validate.checks import ParseError
-from validate.inventory import Node
-from validate.network import iperf, model, ping, schedule, tcp_test
-from validate.transport import Job, Outcome
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate import localise
+from gpuforge.validate.checks import ParseError
+from gpuforge.validate.inventory import Node
+from gpuforge.validate.network import iperf, model, ping, schedule, tcp_test
+from gpuforge.validate.transport import Job, Outcome
 
 if TYPE_CHECKING:
-    from validate.runner import Runner
+    from gpuforge.validate.runner import Runner
 
 Pair = tuple[str, str]
 VERSION_CMD = "LC_ALL=C iperf3 --version 2>&1 | head -n 1"

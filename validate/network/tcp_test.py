@@ -22,10 +22,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from common.results import CheckResult, Level
-from validate.checks import ParseError
-from validate.network import iperf, model
-from validate.network.iperf import IperfMeasurement, IperfSettings
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import ParseError
+from gpuforge.validate.network import iperf, model
+from gpuforge.validate.network.iperf import IperfMeasurement, IperfSettings
 
 NAME = iperf.NAME
 _MARK = "--- gpuforge iperf3 "

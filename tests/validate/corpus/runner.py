@@ -15,23 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from common.results import CheckResult, Level
-from validate.checks import Expectations, ParseError
-from validate.gpu.bootstrap_status import BootstrapStatusCheck
-from validate.gpu.efa import MARK as FI_MARK
-from validate.gpu.efa import EfaProviderCheck
-from validate.gpu.health import GpuHealthCheck
-from validate.gpu.inventory import GpuInventoryCheck
-from validate.gpu.nvlink import NvlinkCheck
-from validate.gpu.topology import TopologyCheck
-from validate.gpu.xid import GREP as XID_GREP
-from validate.gpu.xid import MARK as XID_MARK
-from validate.gpu.xid import XidScanCheck
-from validate.kubernetes import KubernetesExpect, evaluate_smi_pod
-from validate.nccl import evaluate_nccl, parse_nccl
-from validate.network import iperf, ping
-from validate.thresholds import build_expectations
+from gpuforge.common.results import CheckResult, Level
+from gpuforge.validate.checks import Expectations, ParseError
+from gpuforge.validate.gpu.bootstrap_status import BootstrapStatusCheck
+from gpuforge.validate.gpu.efa import MARK as FI_MARK
+from gpuforge.validate.gpu.efa import EfaProviderCheck
+from gpuforge.validate.gpu.health import GpuHealthCheck
+from gpuforge.validate.gpu.inventory import GpuInventoryCheck
+from gpuforge.validate.gpu.nvlink import NvlinkCheck
+from gpuforge.validate.gpu.topology import TopologyCheck
+from gpuforge.validate.gpu.xid import GREP as XID_GREP
+from gpuforge.validate.gpu.xid import MARK as XID_MARK
+from gpuforge.validate.gpu.xid import XidScanCheck
+from gpuforge.validate.kubernetes import KubernetesExpect, evaluate_smi_pod
+from gpuforge.validate.nccl import evaluate_nccl, parse_nccl
+from gpuforge.validate.network import iperf, ping
+from gpuforge.validate.thresholds import build_expectations
 
 CORPUS = Path(__file__).resolve().parent
 MANIFEST = CORPUS / "manifest.yaml"

@@ -1,0 +1,150 @@
+"""`gpuforge cost`: hourly and 30-day cost of stacks under each purchase option, from the catalog."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from gpuforge.commands.options import complete_stacks, project_dir_option
+from gpuforge.common.table import Column, Rows, format_option, print_table, terminal_width
+from gpuforge.spec.config import parse_stack_config
+from gpuforge.spec.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
+from gpuforge.stackfile import load_stack_config, stack_name
+
+
+@click.command("cost")
+@click.option("--stack", "-s", "stacks", multiple=True, required=True, shell_complete=complete_stacks,
+              help="Stack name (or its file's path); repeat for several.")
+@format_option
+@project_dir_option
+def command(stacks: tuple[str, ...], fmt: str, project_dir: Path) -> None:
+    """Cost of one or more stacks: on-demand, spot, 1- and 3-year commitments.
+
+    Compute and storage, per node and in total, per hour and per 30 days, and per GPU-hour;
+    then a hybrid deployment over the stacks given (training on spot, inference on a 1-year
+    commitment) with its saving against all on-demand. The option each stack is configured to
+    buy (gpuforge:purchaseOption) is marked.
+
+    \b
+    Examples:
+      gpuforge cost --stack cv-training
+      gpuforge cost -s cv-training -s nlp-inference -s risk-sim --format json | jq .hybrid
+    """
+    project_dir = project_dir.resolve()
+    costs = []
+    used: dict[str, str] = {}
+    for stack in dict.fromkeys(stack_name(project_dir, s) for s in stacks):  # keep order, drop repeats
+        raw, _ = load_stack_config(project_dir, stack)
+        cfg = parse_stack_config(raw, stack)
+        costs.append(stack_cost(cfg))
+        used[cfg.stack] = cfg.fleet.purchase_option.replace("-", "_")  # "on-demand" -> OPTIONS' "on_demand"
+    mix = hybrid(costs)
+    if fmt == "json":
+        click.echo(json.dumps(report(costs, mix, used), indent=2))
+    elif fmt == "plain":
+        _print_plain(costs, mix, used)
+    else:
+        _print_table(costs, mix, used)
+
+
+def report(costs: list[StackCost], mix: Hybrid, used: dict[str, str] | None = None) -> dict[str, object]:
+    data = load_purchase_data()
+    totals = {
+        option: {
+            "usd_per_hour": sum_or_none(c.hourly(option) for c in costs),
+            "usd_per_30_days": sum_or_none(c.thirty_days(option) for c in costs),
+        }
+        for option in OPTIONS
+    }
+    return {
+        "currency": "USD",
+        "stacks": [c.to_dict() | ({"purchase_option": used[c.stack]} if used else {}) for c in costs],
+        "total": {o: {k: None if v is None else round(v, 4) for k, v in t.items()} for o, t in totals.items()},
+        "hybrid": mix.to_dict(),
+        "assumptions": {key: {"discount": c.discount, "source": c.source} for key, c in data.commitments.items()},
+        "notes": NOTES,
+    }
+
+
+NOTES = [
+    "on-demand and spot prices: catalog snapshot (spec/catalog/meta.yaml); spot moves hourly",
+    "1- and 3-year figures take 40% and 60% off the on-demand price (the usual range for reserved instances "
+    "and savings plans; an assumption, not an AWS quote)",
+    "storage (EBS root and data volumes) costs the same under every option; S3 is billed by usage, not estimated",
+    "EKS stacks: control plane and on-demand system nodes (catalog/platform_prices.yaml, list prices not re-checked "
+    "offline) cost the same under every option and are in the totals, not in node-h or GPU-h",
+    "30 days = 720 hours",
+]
+
+
+def _rows(c: StackCost, used: str) -> Rows:
+    rows = Rows(
+        f"{c.stack}: {c.node_count}× {c.instance_type} in {c.region} ({c.node_count * c.gpus_per_node} GPUs, {c.role})",
+        [Column("option"), *(Column(h, justify="right") for h in _MONEY_HEADS), Column("stack uses")],
+        caption="USD; node-h = per node-hour, GPU-h = per GPU-hour (storage included)",
+    )
+    for option in OPTIONS:
+        rows.add(
+            OPTION_LABELS[option],
+            _money(c.compute_per_node[option], 4),
+            _money(c.storage_per_node, 4),
+            _money(c.per_node_hourly(option), 4),
+            _money(c.hourly(option)),
+            _money(c.thirty_days(option)),
+            _money(c.per_gpu_hour(option), 4),
+            "yes" if option == used else "-",
+        )
+    return rows
+
+
+_MONEY_HEADS = ("compute/node-h", "storage/node-h", "node-h", "total/h", "total/30 d", "GPU-h")
+
+
+def _print_plain(costs: list[StackCost], mix: Hybrid, used: dict[str, str]) -> None:
+    """One record per stack and option, with the stack's name in every line (grep-able)."""
+    click.echo("# " + "\t".join(("stack", "option", *_MONEY_HEADS, "stack uses")))
+    for c in costs:
+        for row in _rows(c, used[c.stack]).rows:
+            click.echo("\t".join((c.stack, *row)))
+        for f in c.fixed:
+            click.echo(f"# {c.stack} fixed, every option: {f.item} ({f.quantity:g} {f.unit}) {_money(f.usd_per_hour, 4)} $/h")
+    click.echo(f"# {_hybrid_line(mix)}")
+
+
+def _hybrid_line(mix: Hybrid) -> str:
+    d = mix.to_dict()
+    saving = mix.saving
+    return (
+        f"hybrid, training on spot and inference on a 1-year commitment "
+        f"({', '.join(f'{s} -> {OPTION_LABELS[o]}' for s, o in mix.choices)}): "
+        f"on-demand {_money(mix.on_demand_hourly)} $/h ({_money(d['on_demand_usd_per_30_days'])} $/30 d), "
+        f"hybrid {_money(mix.hybrid_hourly)} $/h ({_money(d['hybrid_usd_per_30_days'])} $/30 d), "
+        f"saving {'n/a' if saving is None else f'{saving:.1%}'} (target: more than {mix.claimed_saving:.0%})"
+    )
+
+
+def _print_table(costs: list[StackCost], mix: Hybrid, used: dict[str, str]) -> None:
+    from rich.console import Console
+
+    console = Console(width=terminal_width())
+    for c in costs:
+        print_table(_rows(c, used[c.stack]))
+        if c.fixed:  # EKS: the same under every option, included in total/h and total/30 d
+            console.print("  fixed, every option: " + "; ".join(
+                f"{f.item} ({f.quantity:g} {f.unit}) {_money(f.usd_per_hour, 4)} $/h" for f in c.fixed
+            ))
+        if c.max_nodes:
+            at_max = c.to_dict()["options"]
+            console.print(
+                f"  autoscaling: costed at the minimum of {c.node_count} nodes; at the maximum of {c.max_nodes}: "
+                f"{_money(at_max['on_demand']['usd_per_hour_at_max'])} $/h on-demand, "
+                f"{_money(at_max['spot']['usd_per_hour_at_max'])} $/h spot"
+            )
+    console.print(_hybrid_line(mix), highlight=False)
+    for note in NOTES:
+        console.print(f"[dim]- {note}[/]")
+
+
+def _money(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"

@@ -1,0 +1,318 @@
+"""What a stack costs under each purchase option, and the seeds' hybrid scenario.
+
+Pure arithmetic over catalog data (prices in offerings.csv, storage prices, commitment factors
+in catalog/commitments.yaml); no Pulumi. Compute is priced per option; storage (EBS) costs the
+same under every option because EBS is neither sold as spot nor reservable. EKS stacks add fixed
+hourly items (catalog/platform_prices.yaml): the control plane and the on-demand system node
+group, which cost the same whichever option the GPU nodes are bought under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from gpuforge.spec.catalog import CATALOG_DIR
+from gpuforge.spec.config import StackConfig
+
+HOURS_PER_MONTH = 730  # AWS prices GB-month storage over 730 hours
+HOURS_30_DAYS = 720
+
+OPTIONS = ("on_demand", "spot", "1y", "3y")
+OPTION_LABELS = {"on_demand": "on-demand", "spot": "spot", "1y": "1y commit", "3y": "3y commit"}
+TRAINING_RECIPES = frozenset({"training", "hpc"})
+
+
+@dataclass(frozen=True)
+class Commitment:
+    key: str
+    label: str
+    discount: float
+    source: str
+
+
+@dataclass(frozen=True)
+class PurchaseData:
+    commitments: dict[str, Commitment]
+    hybrid_training: str
+    hybrid_inference: str
+    hybrid_claimed_saving: float
+    hybrid_source: str
+
+
+@cache
+def load_purchase_data(path: Path | None = None) -> PurchaseData:
+    doc = yaml.safe_load((path or CATALOG_DIR / "commitments.yaml").read_text())
+    commitments = {
+        key: Commitment(key, c["label"], float(c["discount"]), " ".join(str(c["source"]).split()))
+        for key, c in doc["commitments"].items()
+    }
+    hy = doc["hybrid"]
+    return PurchaseData(
+        commitments=commitments,
+        hybrid_training=hy["training"],
+        hybrid_inference=hy["inference"],
+        hybrid_claimed_saving=float(hy["claimed_saving"]),
+        hybrid_source=" ".join(str(hy["source"]).split()),
+    )
+
+
+@dataclass(frozen=True)
+class PlatformPrices:
+    """Per-region hourly prices of what an EKS stack runs besides its GPU nodes."""
+
+    eks_usd_per_cluster_hour: dict[str, float]
+    eks_extended_usd_per_cluster_hour: float
+    eks_source: str
+    instance_usd_per_hour: dict[str, dict[str, float]]  # type -> region -> USD per hour
+    instance_source: str
+    # The private nodes' way out (components/network.py): per NAT gateway, per interface endpoint and AZ.
+    nat_gateway_usd_per_hour: dict[str, float] = field(default_factory=dict)
+    interface_endpoint_usd_per_hour: dict[str, float] = field(default_factory=dict)
+
+    def eks(self, region: str | None) -> float | None:
+        return self.eks_usd_per_cluster_hour.get(region) if region else None
+
+    def instance(self, type_name: str, region: str | None) -> float | None:
+        return self.instance_usd_per_hour.get(type_name, {}).get(region) if region else None
+
+
+@cache
+def load_platform_prices(path: Path | None = None) -> PlatformPrices:
+    doc = yaml.safe_load((path or CATALOG_DIR / "platform_prices.yaml").read_text())
+    eks, inst = doc["eks_control_plane"], doc["instances"]
+    return PlatformPrices(
+        eks_usd_per_cluster_hour={r: float(v) for r, v in eks["usd_per_cluster_hour"].items()},
+        eks_extended_usd_per_cluster_hour=float(eks["extended_support_usd_per_cluster_hour"]),
+        eks_source=str(eks["source"]),
+        instance_usd_per_hour={t: {r: float(v) for r, v in by.items()} for t, by in inst["usd_per_hour"].items()},
+        instance_source=str(inst["source"]),
+        nat_gateway_usd_per_hour={r: float(v) for r, v in doc["nat_gateway"]["usd_per_hour"].items()},
+        interface_endpoint_usd_per_hour={r: float(v) for r, v in doc["interface_endpoint"]["usd_per_hour"].items()},
+    )
+
+
+@dataclass(frozen=True)
+class FixedItem:
+    """A cost that does not scale with the GPU node count nor change with the purchase option."""
+
+    item: str
+    quantity: float
+    unit: str
+    usd_per_hour: float | None  # the item's total; None: no price known
+
+
+def platform_items(cfg: StackConfig, prices: PlatformPrices | None = None) -> tuple[FixedItem, ...]:
+    """The private nodes' NAT gateway and interface endpoints, the Slurm head node and its root
+    volume, and on EKS the control plane, the system nodes and their root volumes."""
+    prices = prices or load_platform_prices()
+    return _egress_items(cfg, prices) + _slurm_items(cfg, prices) + _eks_items(cfg, prices)
+
+
+def _egress_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
+    from gpuforge.spec.addressing import INTERFACE_SERVICES
+
+    items: list[FixedItem] = []
+    if cfg.nat_gateway:
+        # hourly only: the per-GB processing charge depends on traffic (bootstrap downloads, images)
+        items.append(FixedItem("NAT gateway", 1, "gateway",
+                               prices.nat_gateway_usd_per_hour.get(cfg.region)))
+    if cfg.interface_endpoints:
+        per = prices.interface_endpoint_usd_per_hour.get(cfg.region)
+        n = len(INTERFACE_SERVICES)  # one AZ: the stack's
+        items.append(FixedItem("interface endpoints (1 AZ)", n, "endpoints", None if per is None else per * n))
+    return tuple(items)
+
+
+def _slurm_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
+    """The head node runs on demand whatever the GPU nodes are bought as (components/slurmhead.py)."""
+    if cfg.slurm is None:
+        return ()
+    from gpuforge.spec.catalog import load_catalog
+    from gpuforge.spec.slurmhead_sizes import HEAD_ROOT_GIB
+
+    head = prices.instance(cfg.slurm.head_instance_type, cfg.region)
+    gp3 = load_catalog().storage.usd_per_gb_month["gp3"]
+    return (
+        FixedItem(f"Slurm head {cfg.slurm.head_instance_type}", 1, "nodes", head),
+        FixedItem("storage Slurm head root gp3", HEAD_ROOT_GIB, "GiB", HEAD_ROOT_GIB * gp3 / HOURS_PER_MONTH),
+    )
+
+
+def _eks_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
+    if cfg.kubernetes is None or cfg.kubernetes.mode != "eks":
+        return ()
+    from gpuforge.spec.catalog import load_catalog
+    from gpuforge.spec.kubernetes.settings import defaults  # data only, no Pulumi
+
+    system = defaults()["system_nodes"]
+    count, type_name, root_gib = int(system["count"]), str(system["instance_type"]), int(system["root_volume_gib"])
+    node = prices.instance(type_name, cfg.region)
+    gp3 = load_catalog().storage.usd_per_gb_month["gp3"]
+    return (
+        FixedItem("EKS control plane", 1, "cluster", prices.eks(cfg.region)),
+        FixedItem(f"system nodes {type_name}", count, "nodes", None if node is None else node * count),
+        FixedItem("storage system root gp3", root_gib * count, "GiB", root_gib * count * gp3 / HOURS_PER_MONTH),
+    )
+
+
+@dataclass(frozen=True)
+class StackCost:
+    """One stack's cost: per node and in total, per hour, for each purchase option."""
+
+    stack: str
+    profile: str
+    instance_type: str
+    region: str
+    node_count: int
+    gpus_per_node: int
+    role: str  # training | inference (from the profile's bootstrap recipe)
+    compute_per_node: dict[str, float | None]  # option -> USD per node-hour; None: no price known
+    storage_per_node: float  # USD per node-hour, the same for every option
+    max_nodes: int | None = None  # autoscaling ceiling; node_count is then the group's minimum
+    fixed: tuple[FixedItem, ...] = ()  # EKS control plane, system nodes: the same under every option
+
+    @property
+    def fixed_hourly(self) -> float | None:
+        return sum_or_none(f.usd_per_hour for f in self.fixed)
+
+    def per_node_hourly(self, option: str) -> float | None:
+        compute = self.compute_per_node[option]
+        return None if compute is None else compute + self.storage_per_node
+
+    def hourly(self, option: str, nodes: int | None = None) -> float | None:
+        """The stack's total per hour: its GPU nodes (at `nodes`, default node_count) plus the fixed items."""
+        per_node, fixed = self.per_node_hourly(option), self.fixed_hourly
+        if per_node is None or fixed is None:
+            return None
+        return per_node * (self.node_count if nodes is None else nodes) + fixed
+
+    def thirty_days(self, option: str) -> float | None:
+        hourly = self.hourly(option)
+        return None if hourly is None else hourly * HOURS_30_DAYS
+
+    def per_gpu_hour(self, option: str) -> float | None:
+        """Per GPU-hour of a node (compute and its storage); the fixed items are not spread over GPUs."""
+        per_node = self.per_node_hourly(option)
+        return None if per_node is None else per_node / self.gpus_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "profile": self.profile,
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "nodes": self.node_count,
+            "gpus": self.node_count * self.gpus_per_node,
+            "role": self.role,
+            "autoscaling_max_nodes": self.max_nodes,
+            "storage_usd_per_node_hour": _r(self.storage_per_node),
+            "fixed_usd_per_hour": _r(self.fixed_hourly),
+            "fixed": [
+                {"item": f.item, "quantity": f.quantity, "unit": f.unit, "usd_per_hour": _r(f.usd_per_hour)}
+                for f in self.fixed
+            ],
+            "options": {
+                option: {
+                    "compute_usd_per_node_hour": _r(self.compute_per_node[option]),
+                    "usd_per_node_hour": _r(self.per_node_hourly(option)),
+                    "usd_per_hour": _r(self.hourly(option)),
+                    "usd_per_30_days": _r(self.thirty_days(option), 2),
+                    "usd_per_gpu_hour": _r(self.per_gpu_hour(option)),
+                    "usd_per_hour_at_max": _r(self.hourly(option, self.max_nodes)) if self.max_nodes else None,
+                }
+                for option in OPTIONS
+            },
+        }
+
+
+def stack_cost(cfg: StackConfig, node_count: int | None = None, data: PurchaseData | None = None) -> StackCost:
+    """Cost of `cfg` at its node count (or `node_count`, e.g. an autoscaling maximum)."""
+    data = data or load_purchase_data()
+    from gpuforge.spec.catalog import load_catalog
+
+    offering = cfg.instance.offering(cfg.region)
+    od = offering.on_demand_usd_per_hour if offering else None
+    compute: dict[str, float | None] = {"on_demand": od, "spot": offering.spot_usd_per_hour if offering else None}
+    for key in ("1y", "3y"):
+        compute[key] = None if od is None else od * (1 - data.commitments[key].discount)
+    prices = load_catalog().storage.usd_per_gb_month
+    scaling = cfg.fleet.autoscaling
+    storage_gb_month = cfg.root_volume_gib * prices["gp3"]
+    dv = cfg.profile.storage.data_volume
+    if dv is not None:
+        storage_gb_month += dv.size_gib * prices[dv.type]
+    return StackCost(
+        stack=cfg.stack,
+        profile=cfg.profile.name,
+        instance_type=cfg.instance.name,
+        region=cfg.region,
+        # an autoscaled stack is costed at its minimum (what runs with an empty queue)
+        node_count=node_count if node_count is not None else (scaling.min_size if scaling else cfg.node_count),
+        max_nodes=scaling.max_size if scaling else None,
+        gpus_per_node=cfg.instance.gpu_count,
+        role="training" if cfg.profile.bootstrap.recipe in TRAINING_RECIPES else "inference",
+        compute_per_node=compute,
+        storage_per_node=storage_gb_month / HOURS_PER_MONTH,
+        fixed=platform_items(cfg),
+    )
+
+
+@dataclass(frozen=True)
+class Hybrid:
+    """The seeds' hybrid deployment over a set of stacks: training on spot, inference reserved."""
+
+    choices: tuple[tuple[str, str], ...]  # (stack, option)
+    on_demand_hourly: float | None
+    hybrid_hourly: float | None
+    claimed_saving: float
+    source: str
+
+    @property
+    def saving(self) -> float | None:
+        if self.on_demand_hourly is None or self.hybrid_hourly is None or self.on_demand_hourly == 0:
+            return None
+        return 1 - self.hybrid_hourly / self.on_demand_hourly
+
+    def to_dict(self) -> dict[str, Any]:
+        saving = self.saving
+        return {
+            "choices": {stack: option for stack, option in self.choices},
+            "on_demand_usd_per_hour": _r(self.on_demand_hourly),
+            "hybrid_usd_per_hour": _r(self.hybrid_hourly),
+            "on_demand_usd_per_30_days": _r(_times(self.on_demand_hourly, HOURS_30_DAYS), 2),
+            "hybrid_usd_per_30_days": _r(_times(self.hybrid_hourly, HOURS_30_DAYS), 2),
+            "saving": _r(saving),
+            "seed_claim": f"more than {self.claimed_saving:.0%} saved",
+            "meets_seed_claim": None if saving is None else saving > self.claimed_saving,
+            "source": self.source,
+        }
+
+
+def hybrid(costs: Sequence[StackCost], data: PurchaseData | None = None) -> Hybrid:
+    data = data or load_purchase_data()
+    choices = tuple((c.stack, data.hybrid_training if c.role == "training" else data.hybrid_inference) for c in costs)
+    od = sum_or_none(c.hourly("on_demand") for c in costs)
+    hy = sum_or_none(c.hourly(option) for c, (_, option) in zip(costs, choices, strict=True))
+    return Hybrid(choices, od, hy, data.hybrid_claimed_saving, data.hybrid_source)
+
+
+def sum_or_none(values: Iterable[float | None]) -> float | None:
+    total = 0.0
+    for value in values:
+        if value is None:
+            return None  # one unknown price makes the total unknown, never silently smaller
+        total += value
+    return total
+
+
+def _times(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _r(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,83 @@
+"""Typed, validated settings of the scheduler layer (`gpuforge:scheduler`), built from the flat
+stack config keys and the profile's `scheduler.slurm` section.
+
+Called by spec/config.py's `parse_stack_config`, so a stack that asks for Slurm where it
+cannot work fails before any resource is declared, with one `error:` line naming the key.
+Pure data: no Pulumi, so bootstrap and the CLI may import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuforge.common.errors import ConfigError
+from gpuforge.spec.catalog import GpuModel, InstanceType
+from gpuforge.spec.profiles import Profile, SlurmHealthCheck, SlurmPartition
+
+NS = "gpuforge"
+# RealMemory is 95 % of the memory EC2 lists: the kernel and firmware keep some, and a node whose
+# slurmd finds less than RealMemory is drained as invalid (LowRealMemory). stackhpc's
+# ansible-role-openhpc applies the same 0.95 factor to what `slurmd -C` reports (PR #93, "can
+# cause slurm to drain the nodes with: LowRealMemory"). Unverified on a p4de: check `slurmd -C`.
+REAL_MEMORY_FRACTION = 0.95
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    cluster_name: str  # ClusterName: lowercase, what accounting and sacct know the cluster as
+    head_name: str  # the head node's name (SlurmctldHost) and its Name tag
+    head_instance_type: str
+    node_names: tuple[str, ...]
+    cpus: int  # CPUs= of each GPU node (vCPUs, as EC2 counts them)
+    real_memory_mb: int
+    gpu_type: str  # the gres type: the GPU family in lowercase, a substring of NVML's device name
+    gpus_per_node: int
+    partitions: tuple[SlurmPartition, ...]
+    health_check: SlurmHealthCheck
+    switch_name: str  # topology.conf: the cluster placement group is one switch
+    munge_parameter: str  # SSM SecureString with the munge key (base64), made at deploy time
+    hosts_parameter: str  # SSM String: "private-ip name" per line, head and GPU nodes, written at deploy time
+
+
+def slurm_settings(
+    raw: Any, stack: str, profile: Profile, instance: InstanceType, gpu: GpuModel, node_names: tuple[str, ...]
+) -> SlurmSettings | None:
+    """`raw` is the RawStackConfig; None when the stack asks for no scheduler."""
+    if raw.scheduler == "none":
+        return None
+    key = f"{NS}:scheduler"
+    if raw.kubernetes == "eks":
+        raise ConfigError(
+            key,
+            "'slurm' with kubernetes 'eks': the EKS managed node group owns the GPU nodes, Slurm would own them too",
+            "pick one: scheduler slurm with kubernetes none, or kubernetes eks with scheduler none",
+        )
+    if raw.autoscaling:
+        raise ConfigError(
+            key,
+            "'slurm' with autoscaling: slurm.conf lists every node by name, an Auto Scaling group names none",
+            "set autoscaling: false (a fixed nodeCount), or scheduler: none",
+        )
+    slurm = profile.scheduler.slurm if profile.scheduler else None
+    if slurm is None:
+        raise ConfigError(
+            key,
+            f"profile {profile.name} ({profile.bootstrap.recipe}) has no Slurm layout (scheduler.slurm)",
+            "use a training profile (cv-training, risk-sim) or scheduler: none",
+        )
+    return SlurmSettings(
+        cluster_name=stack.lower(),
+        head_name=f"{stack}-head",
+        head_instance_type=slurm.head_instance_type,
+        node_names=node_names,
+        cpus=instance.vcpus,
+        real_memory_mb=int(instance.memory_gib * 1024 * REAL_MEMORY_FRACTION),
+        gpu_type=gpu.family.lower(),
+        gpus_per_node=instance.gpu_count,
+        partitions=slurm.partitions,
+        health_check=slurm.health_check,
+        switch_name=f"{stack}-pg",
+        munge_parameter=f"/gpuforge/{stack}/slurm/munge-key",
+        hosts_parameter=f"/gpuforge/{stack}/slurm/hosts",
+    )
