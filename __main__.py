@@ -4,6 +4,7 @@ Run by `pulumi up --stack <name>` (real engine) and by `gpuforge preview` (SDK m
 """
 
 import pulumi
+
 from gpuforge.common.errors import ConfigError
 from gpuforge.components.cluster import GpuCluster, GpuClusterArgs
 from gpuforge.program import engine_config, running_offline

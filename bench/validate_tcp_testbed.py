@@ -22,7 +22,6 @@ from gpuforge.validate.network.iperf import IperfSettings
 from gpuforge.validate.network.ping import PingSettings
 from gpuforge.validate.runner import Runner, RunOptions
 from gpuforge.validate.transport import Job, SshTransport, Timeouts, run_many
-
 from tests.validate.testbed import Testbed, missing_requirements
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import jinja2
 import yaml
+
 from gpuforge.bootstrap.ncclenv import env_file, nccl_env, profile_script
 from gpuforge.bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
 from gpuforge.bootstrap.slurm import render_slurm

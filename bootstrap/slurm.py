@@ -15,6 +15,7 @@ from typing import Literal
 
 import jinja2
 from ClusterShell.NodeSet import NodeSet
+
 from gpuforge.spec.profiles import SlurmHealthCheck, SlurmPartition
 from gpuforge.spec.scheduler import SlurmSettings
 

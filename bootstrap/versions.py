@@ -9,8 +9,9 @@ from functools import cache
 from pathlib import Path
 
 import yaml
-from gpuforge.common.errors import GpuforgeError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpuforge.common.errors import GpuforgeError
 
 VERSIONS_FILE = Path(__file__).resolve().parent / "versions.yaml"
 _HEX64 = r"^[0-9a-f]{64}$"

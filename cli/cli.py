@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from gpuforge import __version__
 from gpuforge.commands.options import PROJECT_DIR_HELP
 from gpuforge.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, GpuforgeError

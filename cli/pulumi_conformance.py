@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.common.errors import GpuforgeError
 
 PULUMI_COMMIT = "1b5949891b3cefcb9974752b24a5ecef0acc86c8"

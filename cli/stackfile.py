@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.common.errors import InputError
 from gpuforge.common.results import atomic_write
 from gpuforge.spec.catalog import did_you_mean

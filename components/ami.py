@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
+
 from gpuforge.common.errors import ConfigError
 
 CANONICAL = "099720109477"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+
 from gpuforge.spec.fleet import Autoscaling, FleetConfig, guardrails
 
 # Every member gets the one Name tag above; this tag tells the node's bootstrap (phases/base.sh.j2)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+
 from gpuforge.spec.fleet import guardrails
 
 ALERT_PUBLISHERS = ("budgets.amazonaws.com", "cloudwatch.amazonaws.com")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+
 from gpuforge.components.ami import lookup_ami, require_pinned_ami
 from gpuforge.components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
 from gpuforge.components.network import GpuNetwork, NetworkArgs

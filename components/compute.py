@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+
 from gpuforge.spec.addressing import interface_layout
 from gpuforge.spec.catalog import InstanceType
 

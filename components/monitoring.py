@@ -20,6 +20,7 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+
 from gpuforge.spec.fleet import guardrails
 
 PERIOD_S = 300  # the agent's 60 s samples averaged over 5 minutes

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+
 from gpuforge.spec.addressing import INTERFACE_SERVICES
 
 # What bootstrap needs from the internet: package repositories, NVIDIA's CUDA repo, NGC (HTTPS),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
+
 from gpuforge.components.autoscaling import NodeGroup, NodeGroupArgs
 from gpuforge.components.budget import AlertTopic, BudgetArgs, StackBudget
 from gpuforge.components.monitoring import IdleAlarm, IdleAlarmArgs, container_insights_metric

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 
 import pulumi_aws as aws
+
 from gpuforge.bootstrap.versions import load_versions
 from gpuforge.spec.bucketnames import checkpoint_bucket_name
 from gpuforge.spec.config import StackConfig

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 import pulumi_random as random
+
 from gpuforge.bootstrap.slurm_head import render_head_user_data
 from gpuforge.components.compute import SSM_CORE_POLICY, Node
 from gpuforge.spec.config import StackConfig

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
+
 from gpuforge.spec.bucketnames import ACCOUNT_REGIONAL, checkpoint_bucket_name, directory_bucket_name
 
 

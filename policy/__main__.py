@@ -5,8 +5,9 @@ lives alone here; the policies are in policy/policies.py (gpuforge.policy.polici
 the project's virtualenv, which PulumiPolicy.yaml names), which tests and `gpuforge preview` import.
 """
 
-from gpuforge.policy.policies import POLICIES, teams_config
 from pulumi_policy import EnforcementLevel, PolicyPack
+
+from gpuforge.policy.policies import POLICIES, teams_config
 
 PolicyPack(
     name="gpuforge-guardrails",

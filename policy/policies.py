@@ -17,11 +17,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.config import internet_wide
-from gpuforge.spec.cost import HOURS_30_DAYS
-from gpuforge.spec.costplan import load_platform_prices
-from gpuforge.spec.fleet import guardrails
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -32,6 +27,12 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 from pulumi_policy.proxy import UnknownValueError
+
+from gpuforge.spec.catalog import load_catalog
+from gpuforge.spec.config import internet_wide
+from gpuforge.spec.cost import HOURS_30_DAYS
+from gpuforge.spec.costplan import load_platform_prices
+from gpuforge.spec.fleet import guardrails
 
 REQUIRED_TAGS = ("project", "team", "owner", "profile", "stack")
 OPEN = {"0.0.0.0/0", "::/0"}

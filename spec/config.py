@@ -14,6 +14,8 @@ import json
 import re
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from gpuforge.common.errors import ConfigError
 from gpuforge.spec.addressing import (
     AWS_RESERVED_PER_SUBNET,
@@ -30,7 +32,6 @@ from gpuforge.spec.kubernetes.settings import KubernetesSettings, kubernetes_set
 from gpuforge.spec.mirror import Mirror, MirrorError, parse_mirror
 from gpuforge.spec.profiles import Profile, UnknownProfileError, load_profile, profile_names
 from gpuforge.spec.scheduler import SlurmSettings, slurm_settings
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 PROJECT = "gpuforge"
 MAX_NODES = 256  # one cluster placement group; larger fleets are split into several stacks

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.spec.catalog import CATALOG_DIR
 from gpuforge.spec.config import StackConfig
 

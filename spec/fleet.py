@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict
+
 from gpuforge.common.errors import ConfigError
 from gpuforge.spec.catalog import Catalog, InstanceType
-from pydantic import BaseModel, ConfigDict
 
 GUARDRAILS_FILE = Path(__file__).resolve().parent / "guardrails.yaml"
 PurchaseOption = Literal["on-demand", "spot", "capacity-reservation", "capacity-block"]

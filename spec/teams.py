@@ -7,10 +7,11 @@ import ipaddress
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from gpuforge.common.errors import InputError
 from gpuforge.spec.catalog import did_you_mean
 from gpuforge.spec.config import internet_wide
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 TEAMS_DIR = Path(__file__).resolve().parents[1] / "stacks" / "teams"
 NAME = r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$"  # becomes part of stack and bucket names

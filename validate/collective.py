@@ -35,12 +35,6 @@ class PairPlan:
     timeout_s: int = 120
 
 
-def available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("gpuforge.validate.nccl") is not None
-
-
 def command(hosts: tuple[str, str], expect: Expectations, plan: PairPlan) -> tuple[str, float]:
     """The pair's mpirun, launched on the first host with a hostfile it writes itself; and its bound."""
     from gpuforge.validate import nccl

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from gpuforge.common.errors import InputError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpuforge.common.errors import InputError
 
 # The ssh defaults mirror OpenSSH's so that an inventory written by hand behaves like `ssh`.
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"

@@ -45,9 +45,8 @@ class KubernetesExpect:
 def expect_from_profile(profile_name: str, instance_type: str | None = None, node_count: int | None = None
                         ) -> KubernetesExpect:
     """What a gpuforge stack of this profile should show, from the profile, catalog and defaults."""
-    from gpuforge.components.kubernetes.manifests import GPU_NODE_LABEL, PLUGIN_APP
     from gpuforge.spec.catalog import load_catalog
-    from gpuforge.spec.kubernetes.settings import defaults
+    from gpuforge.spec.kubernetes.settings import GPU_NODE_LABEL, PLUGIN_APP, defaults
     from gpuforge.spec.kubernetes.sharing import plan_sharing
     from gpuforge.spec.profiles import load_profile
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.common.results import CheckResult, Level, atomic_write
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.system import ENA_EXPRESS_MTU

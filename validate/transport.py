@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import paramiko
+
 from gpuforge.common.errors import InputError
 from gpuforge.common.results import atomic_write
 from gpuforge.validate.inventory import Node, SshConfig

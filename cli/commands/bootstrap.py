@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import click
+
 from gpuforge.bootstrap.render import USER_DATA_FILE
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.errors import InputError

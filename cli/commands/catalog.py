@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from gpuforge.commands.options import complete_instance_types, complete_profiles, project_dir_option
 from gpuforge.common.errors import InputError
 from gpuforge.common.table import Column, Rows, emit, format_option

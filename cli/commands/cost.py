@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import click
+
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.table import Column, Rows, format_option, print_table, terminal_width
 from gpuforge.spec.config import parse_stack_config

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from gpuforge.commands.options import project_dir_option
 from gpuforge.common.errors import EXIT_CHECKS_FAILED
 from gpuforge.common.table import Column, Rows, emit, format_option

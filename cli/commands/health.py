@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from gpuforge.common.errors import InputError
 from gpuforge.validate.checks import Expectations, NodeCheck
 

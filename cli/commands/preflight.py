@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.errors import EXIT_CHECKS_FAILED
 from gpuforge.common.table import emit, format_option

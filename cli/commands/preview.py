@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.errors import EXIT_CHECKS_FAILED
 from gpuforge.common.table import Column, Rows, format_option, print_table, terminal_width

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 import jinja2
+
 from gpuforge.commands.options import complete_profiles, complete_teams, project_dir_option
 from gpuforge.common.errors import GpuforgeError, InputError
 from gpuforge.common.results import atomic_write

@@ -7,8 +7,6 @@ report and the versions seen go to the evidence directory (--out).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import shutil
@@ -17,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from gpuforge.common.errors import InputError
 from gpuforge.common.results import CheckResult, Report, atomic_write
 from gpuforge.common.table import Column, Rows, emit, format_option
-from gpuforge.validate import collective
 from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Inventory, Node, load_inventory
 from gpuforge.validate.network.iperf import IperfSettings
@@ -53,11 +51,10 @@ def _load(path: str | None, stack: str | None, region: str | None, ssh_flags: di
 
 
 def _registry_checks() -> list[NodeCheck[Any]]:
-    """Part B's GPU/NCCL/compute checks when that module exists; import errors inside it surface."""
-    if importlib.util.find_spec("gpuforge.validate.registry") is None:
-        return []
-    checks: list[NodeCheck[Any]] = importlib.import_module("gpuforge.validate.registry").node_checks()
-    return checks
+    """Every check the registry names: a packaging slip is an ImportError here, never a shorter list."""
+    from gpuforge.validate.registry import node_checks
+
+    return node_checks()
 
 
 def _select(tokens: list[str] | None, checks: list[NodeCheck[Any]]) -> tuple[list[NodeCheck[Any]], bool]:
@@ -84,9 +81,7 @@ def _select(tokens: list[str] | None, checks: list[NodeCheck[Any]]) -> tuple[lis
 
 def _expectations(inv: Inventory, baseline: Path | None) -> Any:
     overrides = inv.expect.stated() if inv.expect else {}
-    if importlib.util.find_spec("gpuforge.validate.thresholds") is None:
-        return lambda node: Expectations(**overrides, sources=dict.fromkeys(overrides, "inventory"))
-    thresholds = importlib.import_module("gpuforge.validate.thresholds")
+    from gpuforge.validate import thresholds
     base = None
     if baseline is not None:
         try:
@@ -267,9 +262,7 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
             f"--save-baseline {path}: not saved, the run has error/unknown results",
             "fix the cluster (or narrow --checks) and save a baseline from a clean run",
         )
-    if importlib.util.find_spec("gpuforge.validate.thresholds") is None:
-        raise InputError("--save-baseline: baselines need validate.thresholds, which is not installed")
-    thresholds = importlib.import_module("gpuforge.validate.thresholds")
+    from gpuforge.validate import thresholds
     types = {n.instance_type for n in inv.nodes}
     thresholds.save_baseline(
         path,
@@ -385,8 +378,7 @@ def command(
                          exc.hint.replace("ssh.key_file", "--ssh-key") if exc.hint else None) from None
     out = out or Path("gpuforge-evidence") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     nccl_pairs = (
-        collective.available()
-        and transport_kind in ("ssh", "slurm")  # slurm: one srun --mpi=pmix allocation per pair
+        transport_kind in ("ssh", "slurm")  # slurm: one srun --mpi=pmix allocation per pair
         and len(inv.nodes) >= 2
         and (tokens is None or any(t in ("nccl", "nccl.pair") for t in tokens))
     )

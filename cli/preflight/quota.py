@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context

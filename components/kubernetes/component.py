@@ -13,6 +13,8 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi.runtime import config as runtime_config
+
 from gpuforge.common.errors import ConfigError
 from gpuforge.components.kubernetes import manifests as m
 from gpuforge.components.monitoring import IdleAlarm
@@ -23,7 +25,6 @@ from gpuforge.spec.config import PROJECT, StackConfig
 from gpuforge.spec.kubernetes.quotas import team_quota
 from gpuforge.spec.kubernetes.settings import KubernetesSettings
 from gpuforge.spec.kubernetes.sharing import plan_sharing
-from pulumi.runtime import config as runtime_config
 
 # kind -> the typed pulumi-kubernetes class, so the preview shows real Kubernetes types.
 _KINDS: dict[str, Any] = {

@@ -12,21 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
 from gpuforge.components.kubernetes import serving
 from gpuforge.spec.kubernetes.quotas import TeamQuota
-from gpuforge.spec.kubernetes.settings import KubernetesSettings, defaults
+from gpuforge.spec.kubernetes.settings import GPU_NODE_LABEL, PLUGIN_APP, KubernetesSettings, defaults
 from gpuforge.spec.kubernetes.sharing import GPU_RESOURCE, SharingPlan
 
 Manifest = dict[str, Any]
 
-# Node label and taint of GPU nodes: the EKS node group sets both; on an existing cluster the
-# user labels and taints GPU nodes the same way. Only pods that tolerate the taint (GPU work)
-# land there, and the device plugin goes only where the label is.
-GPU_NODE_LABEL = "gpuforge.io/gpu"
 GPU_TAINT_KEY = GPU_RESOURCE
 GPU_TAINT = {"key": GPU_TAINT_KEY, "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-PLUGIN_APP = "nvidia-device-plugin"
 INFERENCE_APP = "inference"
 _RESTRICTED = {  # container hardening that every image here tolerates
     "allowPrivilegeEscalation": False,

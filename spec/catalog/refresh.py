@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.common.errors import EXIT_CHECKS_FAILED, GpuforgeError, InputError
 from gpuforge.spec.catalog import CATALOG_DIR, load_catalog
 

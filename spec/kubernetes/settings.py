@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.common.errors import ConfigError
 from gpuforge.spec.catalog import GpuModel, InstanceType
 from gpuforge.spec.profiles import Profile
@@ -29,6 +30,12 @@ def defaults() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(DEFAULTS_FILE.read_text())
     return data
 
+
+# Node label of GPU nodes: the EKS node group sets it (with the GPU taint); on an existing cluster
+# the user labels GPU nodes the same way. The device plugin goes only where the label is. Named here,
+# in the bottom layer, because validate's Kubernetes check looks for the same label and app.
+GPU_NODE_LABEL = "gpuforge.io/gpu"
+PLUGIN_APP = "nvidia-device-plugin"
 
 @dataclass(frozen=True)
 class KubernetesSettings:

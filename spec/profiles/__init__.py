@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from gpuforge.spec.catalog import did_you_mean
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuforge.spec.catalog import did_you_mean
 
 PROFILE_DIR = Path(__file__).resolve().parent
 

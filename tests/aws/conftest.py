@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuforge.preview import PreviewResult
 
+from gpuforge.preview import PreviewResult
 from tests.components.stackcfg import base_config, with_overrides
 from tests.support.moto_server import aws_env, moto_server
 from tests.support.preview_recorder import preview_recorder

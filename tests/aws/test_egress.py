@@ -6,12 +6,12 @@ rejects a node subnet that routes to an internet gateway without public IPs
 from __future__ import annotations
 
 import pytest
+
 from gpuforge.common.errors import ConfigError
 from gpuforge.preview import run_preview
 from gpuforge.spec.addressing import INTERFACE_SERVICES
 from gpuforge.spec.config import parse_stack_config
 from gpuforge.spec.costplan import platform_items
-
 from tests.aws.conftest import ROOT, eks_config, one
 from tests.components.stackcfg import base_config
 

@@ -4,11 +4,11 @@ Kubernetes object is declared through it (EKS user guide, "Cluster API server en
 from __future__ import annotations
 
 import pytest
+
 from gpuforge.common.errors import ConfigError
 from gpuforge.offline.mocks import _digest
 from gpuforge.preview import run_preview
 from gpuforge.spec.config import parse_stack_config
-
 from tests.aws.conftest import ROOT, eks_config, one
 
 CLUSTER = "aws:eks/cluster:Cluster"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from gpuforge.components.autoscaling import NAME_SUFFIX_TAG
 from gpuforge.validate import discover
-
 from tests.aws.conftest import one
 from tests.components.stackcfg import base_config
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import boto3
 import pytest
+
 from gpuforge.components.kubernetes import serving
 from gpuforge.preview import run_preview
-
 from tests.aws.conftest import ROOT, one
 
 CM = "kubernetes:core/v1:ConfigMap"

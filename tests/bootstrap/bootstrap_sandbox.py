@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.bootstrap.render import RenderedBootstrap, render_user_data
 from gpuforge.bootstrap.versions import Versions, load_versions
 from gpuforge.spec.config import StackConfig

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from gpuforge.spec.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
 

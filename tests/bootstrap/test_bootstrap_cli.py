@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from gpuforge.cli import cli, main
 
+from gpuforge.cli import cli, main
 from tests.bootstrap.conftest import PROJECT, STACKS
 
 

@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from gpuforge.bootstrap.render import render_user_data
 from gpuforge.spec.config import StackConfig
 

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from gpuforge.bootstrap.render import render_user_data
 from gpuforge.bootstrap.versions import load_versions
 from gpuforge.spec.config import StackConfig

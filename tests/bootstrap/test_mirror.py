@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from gpuforge.bootstrap.versions import load_versions
 from gpuforge.cli import main
 from gpuforge.common.errors import ConfigError
@@ -16,7 +17,6 @@ from gpuforge.components.userdata import stack_user_data
 from gpuforge.spec.config import parse_stack_config
 from gpuforge.spec.mirror import REGISTRIES, URL_UPSTREAMS, parse_mirror
 from gpuforge.stackfile import load_stack_config
-
 from tests.bootstrap.conftest import PROJECT
 from tests.components.stackcfg import base_config
 

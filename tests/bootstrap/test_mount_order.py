@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from gpuforge.bootstrap.render import mount_unit
 from gpuforge.components.userdata import stack_user_data
 from gpuforge.spec.config import StackConfig

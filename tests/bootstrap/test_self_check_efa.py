@@ -14,7 +14,6 @@ from pathlib import Path
 from gpuforge.components.userdata import stack_user_data
 from gpuforge.spec.config import parse_stack_config
 from gpuforge.stackfile import load_stack_config
-
 from tests.bootstrap.conftest import PROJECT
 
 CAPTURE = PROJECT / "tests/validate/fixtures/fi_info_f12_efa.txt"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from gpuforge.spec.catalog import load_catalog
 
 CAT = load_catalog()

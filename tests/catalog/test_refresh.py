@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from gpuforge.cli import main
 from gpuforge.spec.catalog import CATALOG_DIR, load_catalog
 from gpuforge.spec.catalog.refresh import RefreshError, refresh_catalog, write_all_or_none

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from gpuforge.spec.catalog import load_catalog
 from gpuforge.spec.profiles import Requirements, all_profiles, load_profile
 from gpuforge.spec.resolver import Candidate, ResolveError, best_exact, resolve

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gpuforge.preview import PreviewResult, run_preview
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import yaml
-from gpuforge.cli import main
 
+from gpuforge.cli import main
 from tests.components.stackcfg import base_config
 
 
@@ -98,7 +98,6 @@ def test_broken_yaml_is_bad_input(project, capsys):
 
 def test_pulumi_yaml_declares_every_config_key():
     from gpuforge.spec.config import CONFIG_KEYS
-
     from tests.components.stackcfg import ROOT
 
     declared = set(yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"])

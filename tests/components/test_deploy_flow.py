@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpuforge.cli import main
 from gpuforge.validate.inventory import Inventory
 
@@ -43,6 +44,7 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 def exported() -> dict[str, Any]:
     """`gpuforge preview --format json` of every stack, through the command line, once."""
     from click.testing import CliRunner
+
     from gpuforge.cli import cli
 
     runner = CliRunner()

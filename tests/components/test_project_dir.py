@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuforge.commands.options import find_project_dir
-
 from tests.components.stackcfg import ROOT
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import pytest
 import yaml
+
 from gpuforge import pulumi_conformance as pc
 from gpuforge.cli import main
 from gpuforge.common.errors import ConfigError

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import yaml
+
 from gpuforge.spec.catalog import load_catalog
 from gpuforge.spec.profiles import load_profile
 

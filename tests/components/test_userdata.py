@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from gpuforge.components import userdata
 from gpuforge.components.compute import node_policy
 from gpuforge.components.monitoring import agent_config
 from gpuforge.spec.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
-
 from tests.components.stackcfg import ROOT
 
 

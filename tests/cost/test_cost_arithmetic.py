@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from gpuforge.cli import cli
 from gpuforge.common.errors import InputError
 from gpuforge.spec.config import parse_stack_config

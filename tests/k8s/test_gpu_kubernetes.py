@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gpuforge.cli import main
 from gpuforge.components.kubernetes.schema import recorded_manifests, validate_manifests
 from gpuforge.preview import run_preview

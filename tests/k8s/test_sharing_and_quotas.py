@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gpuforge.common.errors import ConfigError
 from gpuforge.spec.catalog import load_catalog
 from gpuforge.spec.kubernetes.quotas import team_quota

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate.kubernetes import (
     NODES,
@@ -18,7 +19,6 @@ from gpuforge.validate.kubernetes import (
     parse_smi_gpus,
     run_kubernetes_checks,
 )
-
 from tests.k8s.fake_api import Scenario, fixture, serve, write_kubeconfig
 
 EXPECT = replace(expect_from_profile("nlp-inference"), pod_timeout_s=10, poll_s=0.01)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuforge.preview import PreviewResult
 
+from gpuforge.preview import PreviewResult
 from tests.components.stackcfg import with_overrides
 from tests.support.preview_recorder import preview_recorder
 

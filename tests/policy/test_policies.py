@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from gpuforge.policy.policies import POLICIES, teams_config
 from gpuforge.policycheck import check_graph
-
 from tests.policy.conftest import mutate
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

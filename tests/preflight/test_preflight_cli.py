@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from click.testing import CliRunner
+
 from gpuforge.cli import cli, main
 from gpuforge.spec.config import parse_stack_config
 from gpuforge.stackfile import load_stack_config

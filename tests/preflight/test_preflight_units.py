@@ -6,14 +6,15 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from moto.ec2.exceptions import EC2ClientError
+from moto.ec2.responses import EC2Response
+
 from gpuforge.common.results import Level
 from gpuforge.preflight.aws import THROTTLE_ROUNDS, Aws, Unavailable
 from gpuforge.preflight.compute import evaluate_facts
 from gpuforge.preflight.context import Evidence
 from gpuforge.preflight.quota import evaluate, quota_class
 from gpuforge.preflight.ranking import rank
-from moto.ec2.exceptions import EC2ClientError
-from moto.ec2.responses import EC2Response
 
 AZS = ("use1-az1", "use1-az4", "use1-az6")
 
@@ -139,7 +140,6 @@ def _bucket_ctx(names: list[str], account: str | None) -> Any:
     from gpuforge.preflight.context import Context
     from gpuforge.spec.catalog import load_catalog
     from gpuforge.spec.config import parse_stack_config
-
     from tests.components.stackcfg import base_config
 
     cfg = parse_stack_config(base_config(), "t")

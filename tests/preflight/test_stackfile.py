@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.errors import InputError
 from gpuforge.spec.config import parse_stack_config
 from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config, set_config_value, stack_names

@@ -33,7 +33,6 @@ from pathlib import Path
 from gpuforge.bootstrap.plan import DISTRO
 from gpuforge.bootstrap.versions import Versions
 from gpuforge.spec.mirror import URL_UPSTREAMS
-
 from tests.rehearsal import standins
 from tests.rehearsal.root import RootImage
 

@@ -41,8 +41,8 @@ from types import TracebackType
 from typing import Any
 
 import yaml
-from gpuforge.bootstrap.versions import Versions, load_versions
 
+from gpuforge.bootstrap.versions import Versions, load_versions
 from tests.rehearsal.imds import ADDRESS as IMDS_ADDRESS
 from tests.rehearsal.imds import Imds, InstanceMetadata
 from tests.rehearsal.mirror import MirrorServer, MirrorTree, SigningKey

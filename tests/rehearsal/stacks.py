@@ -13,7 +13,6 @@ from gpuforge.bootstrap.versions import load_versions
 from gpuforge.components.userdata import stack_user_data
 from gpuforge.spec.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
-
 from tests.rehearsal.nodes import Node, Rehearsal
 
 PROJECT = Path(__file__).resolve().parents[2]

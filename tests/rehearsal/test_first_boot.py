@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpuforge.cli import main
 
+from gpuforge.cli import main
 from tests.rehearsal.nodes import Rehearsal
 from tests.rehearsal.root import ensure_root, missing_tools
 from tests.rehearsal.stacks import Booted, boot_stack

@@ -34,7 +34,6 @@ from pathlib import Path
 
 from gpuforge.bootstrap.slurm import SlurmLayout, SlurmPaths, render_slurm
 from gpuforge.spec.profiles import SlurmHealthCheck, SlurmPartition
-
 from tests.validate.testbed import REPLAY_DIR, Testbed, missing_requirements
 
 FIXTURES = REPLAY_DIR.parent / "fixtures"

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpuforge.bootstrap.slurm import layout_for, render_slurm
 
+from gpuforge.bootstrap.slurm import layout_for, render_slurm
 from tests.slurm.conftest import slurm_stack
 
 pytestmark = pytest.mark.slow

@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from gpuforge.bootstrap.render import EC2_USER_DATA_LIMIT, render_user_data
 from gpuforge.bootstrap.slurm import layout_for, render_slurm
 from gpuforge.bootstrap.slurm_head import render_head_user_data
 from gpuforge.components.userdata import stack_user_data
-
 from tests.slurm.conftest import slurm_stack
 from tests.support.golden import check_golden
 
@@ -102,7 +102,6 @@ def test_slurm_phases_pass_shellcheck(tmp_path: Path) -> None:
 
 def test_bootstrap_render_writes_the_head_nodes_user_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from gpuforge.cli import main
-
     from tests.slurm.conftest import PROJECT
 
     proj = tmp_path / "proj"

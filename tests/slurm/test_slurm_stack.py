@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 from gpuforge.policycheck import check_graph
-
 from tests.policy.conftest import mutate
 
 INSTANCE = "aws:ec2/instance:Instance"

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpuforge.validate.inventory import Node
 from gpuforge.validate.slurm import SlurmClient, SlurmTransport
 from gpuforge.validate.transport import Outcome
-
 from tests.slurm.slurmbed import SlurmBed, slurm_missing
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from gpuforge.preview import PreviewResult, run_preview
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ import importlib
 import inspect
 
 import pytest
+
 from gpuforge.bootstrap.render import render_user_data
 from gpuforge.common.errors import ConfigError
 from gpuforge.components.purchase import checkpoint_command

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from gpuforge.cli import main
 from gpuforge.commands.stack import StackRequest, render_stack
 

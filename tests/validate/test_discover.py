@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
+
 from gpuforge.cli import main
 from gpuforge.validate.discover import discover_inventory
 

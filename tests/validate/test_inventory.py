@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.errors import InputError
 from gpuforge.validate.inventory import load_inventory, parse_inventory
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate import localise
 from gpuforge.validate.checks import ParseError

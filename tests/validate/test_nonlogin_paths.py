@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from gpuforge.validate import collective
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.gpu.efa import EFA_FI_INFO, EfaProviderCheck

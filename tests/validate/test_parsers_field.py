@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate.checks import ParseError
 from gpuforge.validate.gpu.nvlink import NvlinkCheck, parse_nvlink
@@ -18,7 +19,6 @@ from gpuforge.validate.gpu.xid import XidScanCheck
 from gpuforge.validate.nccl import NcclLocalCheck, evaluate_nccl, parse_nccl
 from gpuforge.validate.network import iperf
 from gpuforge.validate.thresholds import build_expectations
-
 from tests.validate.gpu_fixtures import fixture
 
 CORPUS = Path(__file__).resolve().parent / "corpus"

@@ -7,12 +7,12 @@ import re
 import shlex
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate.checks import ParseError
 from gpuforge.validate.nccl import NcclLocalCheck, NcclPlan, evaluate_nccl, hostfile_text, local_command, multinode_command
 from gpuforge.validate.nccl import parse_nccl as parse
 from gpuforge.validate.thresholds import build_expectations
-
 from tests.validate.gpu_fixtures import fixture, truncate
 
 P4DE = build_expectations("cv-training", None, {})

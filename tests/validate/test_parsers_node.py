@@ -14,7 +14,6 @@ from gpuforge.validate.gpu.xid import MARK as XID_MARK
 from gpuforge.validate.gpu.xid import XidScanCheck
 from gpuforge.validate.registry import node_checks
 from gpuforge.validate.thresholds import build_expectations
-
 from tests.validate.gpu_fixtures import fixture, truncate
 
 P4DE = build_expectations("cv-training", None, {})

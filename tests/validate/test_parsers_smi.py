@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate.checks import Expectations, ParseError
 from gpuforge.validate.gpu.health import GpuHealthCheck
@@ -12,7 +13,6 @@ from gpuforge.validate.gpu.inventory import GpuInventoryCheck, cluster_consisten
 from gpuforge.validate.gpu.smi_csv import parse_query_csv
 from gpuforge.validate.gpu.smi_q import parse_smi_q
 from gpuforge.validate.thresholds import build_expectations
-
 from tests.validate.gpu_fixtures import a100_inventory, drop_csv_column, fixture, truncate, with_smi_header
 
 P4DE = build_expectations("cv-training", None, {})

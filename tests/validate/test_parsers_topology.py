@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate.checks import ParseError
 from gpuforge.validate.gpu.nvlink import NvlinkCheck, parse_nvlink
 from gpuforge.validate.gpu.topology import TopologyCheck, parse_topo
 from gpuforge.validate.thresholds import build_expectations
-
 from tests.validate.gpu_fixtures import fixture, truncate
 
 P4DE = build_expectations(None, "p4de.24xlarge", {})

@@ -11,7 +11,6 @@ from gpuforge.common.results import Level
 from gpuforge.validate.gpu.topology import TopologyCheck
 from gpuforge.validate.nccl import evaluate_nccl, parse_nccl
 from gpuforge.validate.thresholds import build_expectations
-
 from tests.validate.gpu_fixtures import fixture
 
 REPLAY = Path(__file__).resolve().parent / "replay"

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.gpu.health import GpuHealthCheck
 from gpuforge.validate.gpu.inventory import GpuInventoryCheck
-
 from tests.validate.gpu_fixtures import fixture
 from tests.validate.test_replay import run as replay
 from tests.validate.testbed import Testbed, missing_requirements

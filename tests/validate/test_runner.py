@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
 from gpuforge.validate.inventory import Inventory, Node

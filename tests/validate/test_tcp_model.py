@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.spec.catalog import load_catalog
 from gpuforge.validate import localise, thresholds

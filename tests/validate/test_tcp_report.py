@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate import thresholds
 from gpuforge.validate.checks import Expectations

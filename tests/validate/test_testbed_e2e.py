@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from gpuforge.common.results import Level
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.inventory import Inventory
@@ -24,7 +25,6 @@ from gpuforge.validate.network.ping import PingSettings
 from gpuforge.validate.runner import Runner, RunOptions, RunResult
 from gpuforge.validate.system import system_checks
 from gpuforge.validate.transport import Outcome, SshTransport, Timeouts
-
 from tests.validate.testbed import Testbed, missing_requirements
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]

@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 import pytest
+
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.thresholds import (

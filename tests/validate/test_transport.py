@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpuforge.validate.inventory import Node
 from gpuforge.validate.transport import LocalTransport, Outcome, Timeouts, wrap
 

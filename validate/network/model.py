@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.network.policy import figure
 

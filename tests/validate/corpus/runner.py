@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate.checks import Expectations, ParseError
 from gpuforge.validate.gpu.bootstrap_status import BootstrapStatusCheck
