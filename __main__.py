@@ -7,8 +7,8 @@ import pulumi
 
 from gpuforge.common.errors import ConfigError
 from gpuforge.components.cluster import GpuCluster, GpuClusterArgs
+from gpuforge.core.config import parse_stack_config
 from gpuforge.program import engine_config, running_offline
-from gpuforge.spec.config import parse_stack_config
 
 try:
     config = parse_stack_config(engine_config(), pulumi.get_stack())

@@ -14,10 +14,10 @@ from typing import Any
 from gpuforge.bootstrap.slurm import SlurmLayout, layout_for
 from gpuforge.bootstrap.versions import CudaForOs, SlurmForOs, Versions
 from gpuforge.common.errors import GpuforgeError
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.config import StackConfig
-from gpuforge.spec.mirror import Mirror
-from gpuforge.spec.profiles import DataVolume
+from gpuforge.core.catalog import load_catalog
+from gpuforge.core.config import StackConfig
+from gpuforge.core.mirror import Mirror
+from gpuforge.core.profiles import DataVolume
 
 # Recipes whose jobs talk NCCL across GPUs and nodes; inference serves one GPU per process.
 NCCL_RECIPES = frozenset({"training", "hpc"})

@@ -23,8 +23,8 @@ from gpuforge.bootstrap.ncclenv import env_file, nccl_env, profile_script
 from gpuforge.bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
 from gpuforge.bootstrap.slurm import render_slurm
 from gpuforge.bootstrap.versions import Versions, load_versions
-from gpuforge.spec.config import StackConfig
-from gpuforge.spec.mirror import APT_ARCHIVE, Mirror
+from gpuforge.core.config import StackConfig
+from gpuforge.core.mirror import APT_ARCHIVE, Mirror
 
 __all__ = ["AGENT_CONFIG_FILE", "EC2_USER_DATA_LIMIT", "BootstrapError", "RenderedBootstrap", "render_user_data"]
 

@@ -1,6 +1,6 @@
 """Slurm's configuration files for a stack: slurm.conf, gres.conf, topology.conf (and cgroup.conf
 where the cgroup plugins run, plugstack.conf where Pyxis is), rendered from the catalog through
-spec/scheduler.py.
+core/scheduler.py.
 
 The head node carries them; slurmd and the clients fetch them from slurmctld (configless). Pure: `SlurmLayout` in, text
 out, so the test bed renders the very templates a stack renders, with only its own paths, ports,
@@ -16,8 +16,8 @@ from typing import Literal
 import jinja2
 from ClusterShell.NodeSet import NodeSet
 
-from gpuforge.spec.profiles import SlurmHealthCheck, SlurmPartition
-from gpuforge.spec.scheduler import SlurmSettings
+from gpuforge.core.profiles import SlurmHealthCheck, SlurmPartition
+from gpuforge.core.scheduler import SlurmSettings
 
 CONF_DIR = "/etc/slurm"
 HEALTH_CHECK_PROGRAM = "/opt/gpuforge/bin/gpuforge-health-check"

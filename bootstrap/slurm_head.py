@@ -12,7 +12,7 @@ import dataclasses
 from gpuforge.bootstrap.plan import BootstrapError, Phase, plan_node
 from gpuforge.bootstrap.render import RenderedBootstrap, render_plan
 from gpuforge.bootstrap.versions import load_versions
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 
 
 def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.common.errors import GpuforgeError
+from gpuforge.core.config import PROJECT, StackConfig, parse_stack_config
+from gpuforge.core.cost import CostEstimate, estimate
 from gpuforge.pulumi_conformance import require_conformance
-from gpuforge.spec.config import PROJECT, StackConfig, parse_stack_config
-from gpuforge.spec.cost import CostEstimate, estimate
 from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config, stack_file
 
 DISCLAIMER = (
@@ -65,7 +65,7 @@ def run_preview(project_dir: Path, stack: str, policies: bool = False) -> Previe
     """Validate the stack's config (exit 2 on bad input), then run the program offline.
 
     First what the Pulumi CLI itself refuses before it starts the program (required keys,
-    declared types, secrets; cli/pulumi_conformance.py), then spec/config.py.
+    declared types, secrets; cli/pulumi_conformance.py), then core/config.py.
     """
     raw, secrets = load_stack_config(project_dir, stack)  # our own, friendlier YAML errors first
     require_conformance(project_dir, stack, stack_file(project_dir, stack))
@@ -98,10 +98,10 @@ def run_preview(project_dir: Path, stack: str, policies: bool = False) -> Previe
             "pin the image `gpuforge preflight` finds (`pulumi config set gpuforge:amiId ami-...`)"
         )
     if policies:  # the guardrail pack (policy/), over the graph just recorded
+        from gpuforge.core.fleet import guardrails
+        from gpuforge.core.teams import load_teams_reporting
         from gpuforge.policy.policies import POLICIES
         from gpuforge.policycheck import check_graph
-        from gpuforge.spec.fleet import guardrails
-        from gpuforge.spec.teams import load_teams_reporting
 
         # Quotas from this project's team files, the same files `stack new` reads. A broken file
         # of another team is a warning here; the stack's own team's file must be valid.

@@ -22,7 +22,7 @@ machine, so the rules are ported line by line from pulumi/pulumi at commit
 
 What the CLI does NOT refuse is not refused here either: a stack key that Pulumi.yaml does not
 declare (`gpuforg:nodeCount`, `gpuforge:nodeCont`) passes the CLI untouched and reaches the
-program, so `Report.undeclared` lists such keys as findings, not errors (spec/config.py
+program, so `Report.undeclared` lists such keys as findings, not errors (core/config.py
 refuses unknown `gpuforge:` keys itself). Provider keys (`aws:region`) are checked by the
 provider plugin, not by these rules.
 

@@ -20,7 +20,7 @@ import yaml
 
 from gpuforge.common.errors import InputError
 from gpuforge.common.results import atomic_write
-from gpuforge.spec.catalog import did_you_mean
+from gpuforge.core.catalog import did_you_mean
 
 SECRET_PLACEHOLDER = "[secret]"
 # The top-level keys of a Pulumi stack file (workspace.ProjectStack in pulumi/pulumi

@@ -5,7 +5,7 @@ min 4, max 32, 300 s cooldown), and scaled in while the queue stays empty.
 The queue's publisher puts the number of waiting jobs into CloudWatch as
 `<metric_namespace>/<metric_name>` with the dimension `gpuforge-stack=<stack>` once a minute.
 On spot, the group's mixed-instances policy spreads over the compatible types with the
-capacity-optimised strategy (spec/guardrails.yaml `spot.allocation_strategy`).
+capacity-optimised strategy (core/guardrails.yaml `spot.allocation_strategy`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from gpuforge.spec.fleet import Autoscaling, FleetConfig, guardrails
+from gpuforge.core.fleet import Autoscaling, FleetConfig, guardrails
 
 # Every member gets the one Name tag above; this tag tells the node's bootstrap (phases/base.sh.j2)
 # and `gpuforge validate --discover` (validate/discover.py) to append the instance id, so hostnames,

@@ -1,5 +1,5 @@
 """The stack's AWS Budget (monthly, filtered on the stack's cost-allocation tag) with alerts at
-80% and 100% (spec/guardrails.yaml), and the encrypted SNS topic that budget and idle
+80% and 100% (core/guardrails.yaml), and the encrypted SNS topic that budget and idle
 alerts go to. Cost-allocation tags must be activated once per account (Billing console or
 `aws ce update-cost-allocation-tags-status`) before a tag filter sees any spend.
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from gpuforge.spec.fleet import guardrails
+from gpuforge.core.fleet import guardrails
 
 ALERT_PUBLISHERS = ("budgets.amazonaws.com", "cloudwatch.amazonaws.com")
 

@@ -16,8 +16,8 @@ from gpuforge.components.operations import declare_operations, on_eks
 from gpuforge.components.purchase import capacity_reservation, market_options
 from gpuforge.components.storage import ClusterStorage, StorageArgs
 from gpuforge.components.userdata import metric_namespace, stack_user_data
-from gpuforge.spec.addressing import control_plane_cidr, egress_subnet_cidr
-from gpuforge.spec.config import StackConfig, node_names
+from gpuforge.core.addressing import control_plane_cidr, egress_subnet_cidr
+from gpuforge.core.config import StackConfig, node_names
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """GPU nodes: IAM role and instance profile, one launch template, and the instances.
 
 Every node joins the cluster placement group through the launch template; EFA types get an EFA
-device on every network card (spec/addressing.py has the layout and its source), so NCCL
+device on every network card (core/addressing.py has the layout and its source), so NCCL
 sees every card.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from gpuforge.spec.addressing import interface_layout
-from gpuforge.spec.catalog import InstanceType
+from gpuforge.core.addressing import interface_layout
+from gpuforge.core.catalog import InstanceType
 
 SSM_CORE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs' root device name
@@ -201,7 +201,7 @@ def network_interfaces(
     extra_security_groups: Sequence[pulumi.Input[str]] = (),
     ena_express: bool = False,
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """The interfaces of spec/addressing.py `interface_layout`: on multi-card EFA types an
+    """The interfaces of core/addressing.py `interface_layout`: on multi-card EFA types an
     ENA primary and one EFA-only interface per card; one `efa` interface on single-card EFA types;
     a single ENA interface otherwise.
 

@@ -1,11 +1,11 @@
 """Idle GPUs cost money: a CloudWatch alarm when the stack's average GPU utilisation stays under
-the seed's 70% (spec/guardrails.yaml) for the configured minutes.
+the seed's 70% (core/guardrails.yaml) for the configured minutes.
 
 The metric comes from the CloudWatch agent's NVIDIA collector on each node. `agent_config`
 is the agent configuration that produces it with the `gpuforge-stack` dimension the alarm
 reads; the node bootstrap installs the agent with it (bootstrap phase cloudwatch-agent) and the
 node role may publish into that namespace only (components/compute.py). Alarm and agent both
-read the namespace and metric from spec/guardrails.yaml, so they cannot drift apart.
+read the namespace and metric from core/guardrails.yaml, so they cannot drift apart.
 
 EKS stacks' nodes boot the EKS AMI instead, so that agent never runs there: their alarm reads the
 Container Insights GPU metric that the Amazon CloudWatch Observability add-on publishes per
@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpuforge.spec.fleet import guardrails
+from gpuforge.core.fleet import guardrails
 
 PERIOD_S = 300  # the agent's 60 s samples averaged over 5 minutes
 STACK_DIMENSION = "gpuforge-stack"
@@ -40,7 +40,7 @@ def _idle_metric() -> tuple[str, str]:
     idle = guardrails()["idle"]
     name: str = idle["metric_name"]
     if not name.startswith(AGENT_METRIC_PREFIX):
-        raise ValueError(f"spec/guardrails.yaml: idle.metric_name {name!r} is not a CloudWatch agent nvidia_gpu metric")
+        raise ValueError(f"core/guardrails.yaml: idle.metric_name {name!r} is not a CloudWatch agent nvidia_gpu metric")
     return idle["metric_namespace"], name
 
 

@@ -3,7 +3,7 @@ S3 + S3 Express gateway endpoints so data traffic stays inside the VPC.
 
 The nodes' way out (issue 10 item 4): a public node subnet (internet-gateway route, nodes with
 public IPs), or a private one whose default route goes to a NAT gateway in a small public subnet
-of the same AZ ID, and/or interface endpoints (spec/addressing.py INTERFACE_SERVICES) in the
+of the same AZ ID, and/or interface endpoints (core/addressing.py INTERFACE_SERVICES) in the
 node subnet. EKS node groups always get the private layout: EKS rejects a node subnet that routes
 to an internet gateway without auto-assigning public IPs (Ec2SubnetInvalidConfiguration, EKS
 user guide "Troubleshoot", managed node group errors)."""
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from gpuforge.spec.addressing import INTERFACE_SERVICES
+from gpuforge.core.addressing import INTERFACE_SERVICES
 
 # What bootstrap needs from the internet: package repositories, NVIDIA's CUDA repo, NGC (HTTPS),
 # and plain HTTP for Ubuntu mirrors. Everything else leaves only towards the security group itself.

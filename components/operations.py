@@ -10,7 +10,7 @@ import pulumi
 from gpuforge.components.autoscaling import NodeGroup, NodeGroupArgs
 from gpuforge.components.budget import AlertTopic, BudgetArgs, StackBudget
 from gpuforge.components.monitoring import IdleAlarm, IdleAlarmArgs, container_insights_metric
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 
 
 def on_eks(cfg: StackConfig) -> bool:

@@ -13,9 +13,9 @@ import shlex
 import pulumi_aws as aws
 
 from gpuforge.bootstrap.versions import load_versions
-from gpuforge.spec.bucketnames import checkpoint_bucket_name
-from gpuforge.spec.config import StackConfig
-from gpuforge.spec.fleet import FleetConfig
+from gpuforge.core.bucketnames import checkpoint_bucket_name
+from gpuforge.core.config import StackConfig
+from gpuforge.core.fleet import FleetConfig
 
 CHECKPOINT_DIR = "checkpoints"  # under the profile's scratch mount; training jobs write here
 

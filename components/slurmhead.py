@@ -23,8 +23,8 @@ import pulumi_random as random
 
 from gpuforge.bootstrap.slurm_head import render_head_user_data
 from gpuforge.components.compute import SSM_CORE_POLICY, Node
-from gpuforge.spec.config import StackConfig
-from gpuforge.spec.slurmhead_sizes import HEAD_ROOT_GIB
+from gpuforge.core.config import StackConfig
+from gpuforge.core.slurmhead_sizes import HEAD_ROOT_GIB
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from gpuforge.spec.bucketnames import ACCOUNT_REGIONAL, checkpoint_bucket_name, directory_bucket_name
+from gpuforge.core.bucketnames import ACCOUNT_REGIONAL, checkpoint_bucket_name, directory_bucket_name
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ClusterStorage(pulumi.ComponentResource):
         super().__init__("gpuforge:aws:Storage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        # Both bucket names carry the deploying account (spec/bucketnames.py).
+        # Both bucket names carry the deploying account (core/bucketnames.py).
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id
         express = aws.s3.DirectoryBucket(
             f"{name}-express",

@@ -15,7 +15,7 @@ from gpuforge.bootstrap.versions import Versions
 from gpuforge.components.monitoring import agent_config
 from gpuforge.components.operations import idle_alarm_args
 from gpuforge.components.purchase import checkpoint_command, checkpoint_images
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 
 
 def node_agent_config(cfg: StackConfig) -> dict[str, Any] | None:

@@ -28,11 +28,11 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UnknownValueError
 
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.config import internet_wide
-from gpuforge.spec.cost import HOURS_30_DAYS
-from gpuforge.spec.costplan import load_platform_prices
-from gpuforge.spec.fleet import guardrails
+from gpuforge.core.catalog import load_catalog
+from gpuforge.core.config import internet_wide
+from gpuforge.core.cost import HOURS_30_DAYS
+from gpuforge.core.costplan import load_platform_prices
+from gpuforge.core.fleet import guardrails
 
 REQUIRED_TAGS = ("project", "team", "owner", "profile", "stack")
 OPEN = {"0.0.0.0/0", "::/0"}
@@ -140,7 +140,7 @@ def spot_max_price(resources: list[Any]) -> float | None:
 
 def teams_config(directory: Path = TEAMS_DIR) -> dict[str, Any]:
     """Policy config from the team data files: {team: gpu_quota}, and the headroom to keep."""
-    from gpuforge.spec.teams import load_teams
+    from gpuforge.core.teams import load_teams
 
     quotas = {name: team.gpu_quota for name, team in load_teams(directory).items()}
     return {"teamQuotas": quotas, "headroomFraction": guardrails()["quota"]["headroom_fraction"]}

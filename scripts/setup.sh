@@ -32,7 +32,7 @@ stamp=.venv/.gpuforge-installed
 # the gpuforge.* names exactly as the wheel does, which mypy can follow (the default import-hook mode
 # it cannot). A link tree sees edits at once but not new files, so the stamp also records the list of
 # package files: adding or removing one reinstalls (a few seconds, no dependency is fetched).
-files_now=$(find cli common spec components bootstrap validate policy -type f -not -path '*/__pycache__/*' | LC_ALL=C sort | sha256sum | cut -c1-16)
+files_now=$(find cli common core components bootstrap validate policy -type f -not -path '*/__pycache__/*' | LC_ALL=C sort | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing gpuforge and dev tools into .venv (about a minute the first time)"
   # pip compiles .pyc at install time; this environment may set PYTHONDONTWRITEBYTECODE, and

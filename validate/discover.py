@@ -2,7 +2,7 @@
 
 Stacks whose GPU nodes come from an EKS managed node group or an Auto Scaling group export an
 inventory with no nodes (their instances are not known at deploy time). Every instance gpuforge
-launches carries the stack's tags (spec/config.py StackConfig.tags: project, stack,
+launches carries the stack's tags (core/config.py StackConfig.tags: project, stack,
 profile, ...; the launch template propagates them to group members), so the running instances
 are found by `project=gpuforge` + `stack=STACK`. The result is the same Inventory model a file
 gives (validate/inventory.py), so everything after this is unchanged.
@@ -19,7 +19,7 @@ from typing import Any
 from gpuforge.common.errors import InputError
 from gpuforge.validate.inventory import Inventory
 
-PROJECT = "gpuforge"  # the `project` tag value (spec/config.py PROJECT); a literal: no pulumi import
+PROJECT = "gpuforge"  # the `project` tag value (core/config.py PROJECT); a literal: no pulumi import
 NAME_SUFFIX_TAG = "gpuforge-name-suffix"  # components/autoscaling.py NAME_SUFFIX_TAG (test_hostnames.py)
 # EKS stacks' system node group (components/kubernetes/eks.py SYSTEM_ROLE_TAG) carries the stack's
 # tags too; its nodes have no GPU and nothing of gpuforge's to validate, so they are left out.

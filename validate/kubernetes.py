@@ -45,10 +45,10 @@ class KubernetesExpect:
 def expect_from_profile(profile_name: str, instance_type: str | None = None, node_count: int | None = None
                         ) -> KubernetesExpect:
     """What a gpuforge stack of this profile should show, from the profile, catalog and defaults."""
-    from gpuforge.spec.catalog import load_catalog
-    from gpuforge.spec.kubernetes.settings import GPU_NODE_LABEL, PLUGIN_APP, defaults
-    from gpuforge.spec.kubernetes.sharing import plan_sharing
-    from gpuforge.spec.profiles import load_profile
+    from gpuforge.core.catalog import load_catalog
+    from gpuforge.core.kubernetes.settings import GPU_NODE_LABEL, PLUGIN_APP, defaults
+    from gpuforge.core.kubernetes.sharing import plan_sharing
+    from gpuforge.core.profiles import load_profile
 
     catalog = load_catalog()
     profile = load_profile(profile_name)

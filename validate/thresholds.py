@@ -94,8 +94,8 @@ def build_expectations(
     The instance type defaults to the profile's shape. Overrides (from the inventory) use
     Expectations field names or extra keys and win over everything, with source "inventory".
     """
-    from gpuforge.spec.catalog import load_catalog  # imported here: keep `import validate` light
-    from gpuforge.spec.profiles import UnknownProfileError, load_profile
+    from gpuforge.core.catalog import load_catalog  # imported here: keep `import validate` light
+    from gpuforge.core.profiles import UnknownProfileError, load_profile
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

@@ -12,9 +12,9 @@ from gpuforge.bootstrap.render import USER_DATA_FILE
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.errors import InputError
 from gpuforge.common.results import atomic_write, fold_targets
-from gpuforge.spec.bucketnames import ACCOUNT_ID
-from gpuforge.spec.catalog import did_you_mean
-from gpuforge.spec.config import node_names, parse_stack_config
+from gpuforge.core.bucketnames import ACCOUNT_ID
+from gpuforge.core.catalog import did_you_mean
+from gpuforge.core.config import node_names, parse_stack_config
 from gpuforge.stackfile import load_stack_config, stack_name
 
 

@@ -11,7 +11,7 @@ import click
 from gpuforge.commands.options import complete_instance_types, complete_profiles, project_dir_option
 from gpuforge.common.errors import InputError
 from gpuforge.common.table import Column, Rows, emit, format_option
-from gpuforge.spec.catalog import Catalog, InstanceType, did_you_mean, load_catalog
+from gpuforge.core.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 
 DEFAULT_REGION = "us-east-1"
 
@@ -33,9 +33,9 @@ def _console() -> Any:
 
 @click.group("catalog")
 def command() -> None:
-    """The instance catalog: facts and prices of AWS GPU types (spec/catalog).
+    """The instance catalog: facts and prices of AWS GPU types (core/catalog).
 
-    The catalog is the installed gpuforge's (gpuforge.spec.catalog), the same one `cost`,
+    The catalog is the installed gpuforge's (gpuforge.core.catalog), the same one `cost`,
     `preview` and `pulumi up` read through the project's virtualenv.
     """
 
@@ -171,8 +171,8 @@ def show_cmd(instance_type: str, fmt: str, project_dir: Path) -> None:
 @project_dir_option
 def suggest_cmd(profile_name: str, region: str, fmt: str, top: int, project_dir: Path) -> None:
     """Catalog shapes (type × nodes) for a profile's requirements: fit, gaps, price."""
-    from gpuforge.spec.profiles import UnknownProfileError, load_profile
-    from gpuforge.spec.resolver import ResolveError, resolve
+    from gpuforge.core.profiles import UnknownProfileError, load_profile
+    from gpuforge.core.resolver import ResolveError, resolve
 
     catalog = load_catalog()
     _region(catalog, region)
@@ -235,7 +235,7 @@ def _print_suggestions(profile: str, region: str, shown: list[Any], total: int, 
         ):
             for line in lines:
                 console.print(f"   [{style}]{prefix}:[/] {escape(line)}")
-    console.print("\n[dim]Prices: the catalog snapshot (spec/catalog/meta.yaml); spot moves hourly.[/]")
+    console.print("\n[dim]Prices: the catalog snapshot (core/catalog/meta.yaml); spot moves hourly.[/]")
 
 
 @command.command("refresh")
@@ -264,7 +264,7 @@ def refresh_cmd(regions: str | None, out: Path | None, in_place: bool, fmt: str,
         raise InputError("--regions: empty", f"give one or more of {', '.join(catalog.regions)}, comma-separated")
     for region in wanted:
         _region(catalog, region, "--regions")
-    from gpuforge.spec.catalog.refresh import CATALOG_DIR, refresh_catalog  # boto3 is loaded only here
+    from gpuforge.core.catalog.refresh import CATALOG_DIR, refresh_catalog  # boto3 is loaded only here
 
     if (out is None) == (not in_place):
         raise InputError(

@@ -9,8 +9,8 @@ import click
 
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.table import Column, Rows, format_option, print_table, terminal_width
-from gpuforge.spec.config import parse_stack_config
-from gpuforge.spec.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
+from gpuforge.core.config import parse_stack_config
+from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
 from gpuforge.stackfile import load_stack_config, stack_name
 
 
@@ -69,7 +69,7 @@ def report(costs: list[StackCost], mix: Hybrid, used: dict[str, str] | None = No
 
 
 NOTES = [
-    "on-demand and spot prices: catalog snapshot (spec/catalog/meta.yaml); spot moves hourly",
+    "on-demand and spot prices: catalog snapshot (core/catalog/meta.yaml); spot moves hourly",
     "1- and 3-year figures take 40% and 60% off the on-demand price (the usual range for reserved instances "
     "and savings plans; an assumption, not an AWS quote)",
     "storage (EBS root and data volumes) costs the same under every option; S3 is billed by usage, not estimated",

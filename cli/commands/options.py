@@ -77,13 +77,13 @@ def complete_stacks(ctx: click.Context, _param: click.Parameter, incomplete: str
 
 
 def complete_profiles(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
-    from gpuforge.spec.profiles import profile_names
+    from gpuforge.core.profiles import profile_names
 
     return [n for n in profile_names() if n.startswith(incomplete)]
 
 
 def complete_instance_types(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
-    from gpuforge.spec.catalog import load_catalog
+    from gpuforge.core.catalog import load_catalog
 
     return [n for n in load_catalog().instance_types if n.startswith(incomplete)]
 

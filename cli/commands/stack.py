@@ -18,11 +18,11 @@ from gpuforge.commands.options import complete_profiles, complete_teams, project
 from gpuforge.common.errors import GpuforgeError, InputError
 from gpuforge.common.results import atomic_write
 from gpuforge.common.table import Column, Rows, emit, format_option
+from gpuforge.core.catalog import did_you_mean, load_catalog
+from gpuforge.core.config import parse_stack_config
+from gpuforge.core.profiles import load_profile, profile_names
+from gpuforge.core.teams import TEAMS_DIR, Team, load_team
 from gpuforge.pulumi_conformance import require_conformance
-from gpuforge.spec.catalog import did_you_mean, load_catalog
-from gpuforge.spec.config import parse_stack_config
-from gpuforge.spec.profiles import load_profile, profile_names
-from gpuforge.spec.teams import TEAMS_DIR, Team, load_team
 from gpuforge.stackfile import load_stack_config
 
 TEMPLATE = "team-stack.yaml.j2"
@@ -127,7 +127,7 @@ def command() -> None:
 @command.command("new")
 @click.option("--team", required=True, shell_complete=complete_teams, help="Team data file: stacks/teams/<team>.yaml.")
 @click.option("--profile", required=True, shell_complete=complete_profiles,
-              help="Reference profile (spec/profiles/<name>.yaml).")
+              help="Reference profile (core/profiles/<name>.yaml).")
 @click.option("--region", default=None, help="AWS region; default is the team's.")
 @click.option("--budget", type=int, default=None, help="Monthly budget in USD; default is the team's.")
 @click.option("--owner", default=None, help="Owner tag; default is the team's owner.")
@@ -178,7 +178,7 @@ def list_cmd(fmt: str, project_dir: Path) -> None:
       gpuforge stack list
       gpuforge stack list --format json | jq '.[] | select(.team == "vision")'
     """
-    from gpuforge.spec.costplan import stack_cost
+    from gpuforge.core.costplan import stack_cost
     from gpuforge.stackfile import stack_names
 
     records: list[dict[str, object]] = []

@@ -65,7 +65,7 @@ def _select(tokens: list[str] | None, checks: list[NodeCheck[Any]]) -> tuple[lis
     known_prefixes = {n.split(".")[0] for n in names} | set(names)
     for t in tokens:
         if t not in known_prefixes:
-            from gpuforge.spec.catalog import did_you_mean
+            from gpuforge.core.catalog import did_you_mean
 
             raise InputError(
                 f"--checks: unknown check {t!r}{did_you_mean(t, sorted(known_prefixes))}",
@@ -229,7 +229,7 @@ def _kubernetes_results(kubeconfig: Path, inv: Inventory) -> list[CheckResult]:
     try:
         expect = expect_from_profile(inv.profile)
     except KeyError as exc:  # unknown profile or instance type
-        raise InputError(f"inventory profile {inv.profile!r}: {exc}", "use a profile from spec/profiles/") from None
+        raise InputError(f"inventory profile {inv.profile!r}: {exc}", "use a profile from core/profiles/") from None
     return run_kubernetes_checks(str(kubeconfig), expect)
 
 

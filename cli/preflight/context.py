@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuforge.core.catalog import Catalog, InstanceType
+from gpuforge.core.config import StackConfig
 from gpuforge.preflight.aws import Aws
-from gpuforge.spec.catalog import Catalog, InstanceType
-from gpuforge.spec.config import StackConfig
 
 
 @dataclass

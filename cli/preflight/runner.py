@@ -14,13 +14,13 @@ from pathlib import Path
 
 from gpuforge.common.errors import ConfigError
 from gpuforge.common.results import CheckResult, Level, Report
+from gpuforge.core.catalog import Catalog, load_catalog
+from gpuforge.core.config import PROJECT, StackConfig, parse_stack_config
 from gpuforge.preflight import account, capacity, compute, quota, resources, spot, storage
 from gpuforge.preflight.aws import Aws
 from gpuforge.preflight.context import Context, Evidence
 from gpuforge.preflight.outcome import result
 from gpuforge.preflight.ranking import AzRank, rank
-from gpuforge.spec.catalog import Catalog, load_catalog
-from gpuforge.spec.config import PROJECT, StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config, set_config_value
 
 AZ_KEY = f"{PROJECT}:azId"

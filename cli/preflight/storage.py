@@ -4,10 +4,10 @@ directory bucket already lives (moving compute means the hot data must follow)."
 from __future__ import annotations
 
 from gpuforge.common.results import CheckResult, Level
+from gpuforge.core.bucketnames import ACCOUNT_ID, directory_bucket_name
 from gpuforge.preflight.aws import Unavailable
 from gpuforge.preflight.context import Context
 from gpuforge.preflight.outcome import result, unknown
-from gpuforge.spec.bucketnames import ACCOUNT_ID, directory_bucket_name
 
 CHECK_S3EXPRESS = "s3express.availability"
 CHECK_BUCKET = "s3express.existing-bucket"

@@ -19,12 +19,12 @@ from gpuforge.common.errors import ConfigError
 from gpuforge.components.kubernetes import manifests as m
 from gpuforge.components.monitoring import IdleAlarm
 from gpuforge.components.operations import idle_alarm_args
-from gpuforge.spec.addressing import control_plane_cidr
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.config import PROJECT, StackConfig
-from gpuforge.spec.kubernetes.quotas import team_quota
-from gpuforge.spec.kubernetes.settings import KubernetesSettings
-from gpuforge.spec.kubernetes.sharing import plan_sharing
+from gpuforge.core.addressing import control_plane_cidr
+from gpuforge.core.catalog import load_catalog
+from gpuforge.core.config import PROJECT, StackConfig
+from gpuforge.core.kubernetes.quotas import team_quota
+from gpuforge.core.kubernetes.settings import KubernetesSettings
+from gpuforge.core.kubernetes.sharing import plan_sharing
 
 # kind -> the typed pulumi-kubernetes class, so the preview shows real Kubernetes types.
 _KINDS: dict[str, Any] = {

@@ -30,8 +30,8 @@ import pulumi_aws as aws
 
 from gpuforge.components.compute import network_interfaces, node_policy
 from gpuforge.components.kubernetes.manifests import GPU_TAINT
-from gpuforge.spec.catalog import InstanceType
-from gpuforge.spec.kubernetes.settings import GPU_NODE_LABEL, defaults
+from gpuforge.core.catalog import InstanceType
+from gpuforge.core.kubernetes.settings import GPU_NODE_LABEL, defaults
 
 CLUSTER_POLICIES = ("arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",)
 # The minimum AWS documents for managed-node-group nodes; nothing else (no S3, no SSM): pods

@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 
 from gpuforge.components.kubernetes import serving
-from gpuforge.spec.kubernetes.quotas import TeamQuota
-from gpuforge.spec.kubernetes.settings import GPU_NODE_LABEL, PLUGIN_APP, KubernetesSettings, defaults
-from gpuforge.spec.kubernetes.sharing import GPU_RESOURCE, SharingPlan
+from gpuforge.core.kubernetes.quotas import TeamQuota
+from gpuforge.core.kubernetes.settings import GPU_NODE_LABEL, PLUGIN_APP, KubernetesSettings, defaults
+from gpuforge.core.kubernetes.sharing import GPU_RESOURCE, SharingPlan
 
 Manifest = dict[str, Any]
 

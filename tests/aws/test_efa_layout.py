@@ -1,14 +1,14 @@
 """Item 13 of issue 10: EFA on multi-card types takes one subnet address per node, and the subnet
-gpuforge creates is sized for the stack (spec/addressing.py has the sources)."""
+gpuforge creates is sized for the stack (core/addressing.py has the sources)."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.addressing import addresses_per_node, interface_layout, usable_addresses
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.config import parse_stack_config
+from gpuforge.core.addressing import addresses_per_node, interface_layout, usable_addresses
+from gpuforge.core.catalog import load_catalog
+from gpuforge.core.config import parse_stack_config
 from tests.aws.conftest import eks_config, one
 from tests.components.stackcfg import base_config
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from gpuforge.common.errors import ConfigError
+from gpuforge.core.addressing import INTERFACE_SERVICES
+from gpuforge.core.config import parse_stack_config
+from gpuforge.core.costplan import platform_items
 from gpuforge.preview import run_preview
-from gpuforge.spec.addressing import INTERFACE_SERVICES
-from gpuforge.spec.config import parse_stack_config
-from gpuforge.spec.costplan import platform_items
 from tests.aws.conftest import ROOT, eks_config, one
 from tests.components.stackcfg import base_config
 

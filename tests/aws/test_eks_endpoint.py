@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpuforge.common.errors import ConfigError
+from gpuforge.core.config import parse_stack_config
 from gpuforge.offline.mocks import _digest
 from gpuforge.preview import run_preview
-from gpuforge.spec.config import parse_stack_config
 from tests.aws.conftest import ROOT, eks_config, one
 
 CLUSTER = "aws:eks/cluster:Cluster"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuforge.core.config import PROJECT
 from gpuforge.offline.engine import run_program
 from gpuforge.offline.mocks import ExistingVpc, MockHints, OfflineMocks
-from gpuforge.spec.config import PROJECT
 from gpuforge.stackfile import load_stack_config
 from tests.components.stackcfg import base_config
 

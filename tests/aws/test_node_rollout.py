@@ -15,9 +15,9 @@ import yaml
 
 from gpuforge.common.errors import ConfigError
 from gpuforge.components.ami import require_pinned_ami
+from gpuforge.core.config import PROJECT
 from gpuforge.offline.engine import run_program
 from gpuforge.offline.mocks import MockHints, OfflineMocks
-from gpuforge.spec.config import PROJECT
 from gpuforge.stackfile import load_stack_config
 from tests.components.stackcfg import base_config
 

@@ -23,7 +23,7 @@ import yaml
 
 from gpuforge.bootstrap.render import RenderedBootstrap, render_user_data
 from gpuforge.bootstrap.versions import Versions, load_versions
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 
 FAKE = Path(__file__).resolve().parent / "fakes" / "fake"
 FAKED = (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuforge.spec.config import StackConfig, parse_stack_config
+from gpuforge.core.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
 
 PROJECT = Path(__file__).resolve().parents[2]

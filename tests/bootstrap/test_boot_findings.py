@@ -15,7 +15,7 @@ import pytest
 
 from gpuforge.bootstrap.ncclenv import env_file, nccl_env, profile_script
 from gpuforge.bootstrap.versions import load_versions
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 from tests.bootstrap.bootstrap_sandbox import Sandbox, installs
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv / unshare)")

@@ -15,8 +15,8 @@ import yaml
 from gpuforge.bootstrap.render import EC2_USER_DATA_LIMIT, USER_DATA_FILE, BootstrapError, render_user_data
 from gpuforge.bootstrap.versions import VersionsError, load_versions
 from gpuforge.components.userdata import stack_user_data
-from gpuforge.spec.config import StackConfig
-from gpuforge.spec.profiles import Sharing
+from gpuforge.core.config import StackConfig
+from gpuforge.core.profiles import Sharing
 from tests.support.golden import check_golden
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

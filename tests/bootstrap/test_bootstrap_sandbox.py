@@ -12,7 +12,7 @@ import pytest
 from gpuforge.bootstrap.versions import load_versions
 from gpuforge.components.monitoring import agent_config
 from gpuforge.components.purchase import checkpoint_command, checkpoint_images
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 from tests.bootstrap.bootstrap_sandbox import Sandbox, cloudwatch_agent_downloads, fixture_downloads, installs
 
 STACKS = ("cv-training", "nlp-inference", "risk-sim")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.bootstrap.render import render_user_data
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "apt-get", "dpkg-deb", "dpkg-query")),

@@ -19,7 +19,7 @@ import pytest
 
 from gpuforge.bootstrap.render import render_user_data
 from gpuforge.bootstrap.versions import load_versions
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 
 pytestmark = pytest.mark.skipif(not shutil.which("apt-cache"), reason="needs apt (Debian)")
 

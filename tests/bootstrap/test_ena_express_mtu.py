@@ -17,7 +17,7 @@ import pytest
 
 from gpuforge.bootstrap.render import EC2_USER_DATA_LIMIT
 from gpuforge.components.userdata import stack_user_data
-from gpuforge.spec.config import StackConfig, parse_stack_config
+from gpuforge.core.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
 from tests.bootstrap.bootstrap_sandbox import Sandbox
 

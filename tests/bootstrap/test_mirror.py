@@ -14,8 +14,8 @@ from gpuforge.bootstrap.versions import load_versions
 from gpuforge.cli import main
 from gpuforge.common.errors import ConfigError
 from gpuforge.components.userdata import stack_user_data
-from gpuforge.spec.config import parse_stack_config
-from gpuforge.spec.mirror import REGISTRIES, URL_UPSTREAMS, parse_mirror
+from gpuforge.core.config import parse_stack_config
+from gpuforge.core.mirror import REGISTRIES, URL_UPSTREAMS, parse_mirror
 from gpuforge.stackfile import load_stack_config
 from tests.bootstrap.conftest import PROJECT
 from tests.components.stackcfg import base_config

@@ -11,7 +11,7 @@ import pytest
 
 from gpuforge.bootstrap.render import mount_unit
 from gpuforge.components.userdata import stack_user_data
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 
 UNIT = "etc/systemd/system/gpuforge-bootstrap.service"
 

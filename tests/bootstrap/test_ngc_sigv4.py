@@ -23,7 +23,7 @@ import pytest
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.config import StackConfig
 from tests.bootstrap.bootstrap_sandbox import SECRETS, Sandbox
 
 ROLE_KEY = "ASIAFAKE"  # what the fake IMDS (tests/bootstrap/fakes/fake) hands out

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from gpuforge.components.userdata import stack_user_data
-from gpuforge.spec.config import parse_stack_config
+from gpuforge.core.config import parse_stack_config
 from gpuforge.stackfile import load_stack_config
 from tests.bootstrap.conftest import PROJECT
 

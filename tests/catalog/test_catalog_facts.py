@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from gpuforge.spec.catalog import load_catalog
+from gpuforge.core.catalog import load_catalog
 
 CAT = load_catalog()
 TYPES = CAT.instance_types

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.profiles import Requirements, all_profiles, load_profile
-from gpuforge.spec.resolver import Candidate, ResolveError, best_exact, resolve
+from gpuforge.core.catalog import load_catalog
+from gpuforge.core.profiles import Requirements, all_profiles, load_profile
+from gpuforge.core.resolver import Candidate, ResolveError, best_exact, resolve
 
 CAT = load_catalog()
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from gpuforge.common.errors import ConfigError
+from gpuforge.core.bucketnames import ACCOUNT_ID, BUCKET_NAME, checkpoint_bucket_name, directory_bucket_name
+from gpuforge.core.catalog import load_catalog
+from gpuforge.core.config import parse_stack_config
 from gpuforge.offline.mocks import MOCK_ACCOUNT
-from gpuforge.spec.bucketnames import ACCOUNT_ID, BUCKET_NAME, checkpoint_bucket_name, directory_bucket_name
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.config import parse_stack_config
 from tests.components.stackcfg import base_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ the schema project.json). The first group of tests replays the CLI's own unit te
 (pkg/workspace/config_project_test.go, same commit) against the port, so the port is checked
 against the counterpart's expectations, not ours. The rest apply the port to this project:
 Pulumi.yaml, every committed stack, every stack `gpuforge stack new` writes, and the promise that
-a Pulumi.yaml default means exactly what leaving the key out means to spec/config.py.
+a Pulumi.yaml default means exactly what leaving the key out means to core/config.py.
 These iterate over Pulumi.yaml, so a key another change adds is covered without editing here.
 """
 
@@ -25,7 +25,7 @@ import yaml
 from gpuforge import pulumi_conformance as pc
 from gpuforge.cli import main
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.config import RawStackConfig, parse_stack_config
+from gpuforge.core.config import RawStackConfig, parse_stack_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -173,7 +173,7 @@ def test_committed_stack_passes_the_cli(stack):
 @pytest.mark.parametrize("team", TEAMS)
 def test_stack_new_output_passes_the_cli(team, tmp_path):
     """What `gpuforge stack new` writes for every team data file and every profile it accepts."""
-    from gpuforge.spec.profiles import profile_names
+    from gpuforge.core.profiles import profile_names
 
     proj = _copy_project(tmp_path)
     written = []
@@ -246,7 +246,7 @@ def _stack_only(stack: str) -> dict[str, str]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_default_means_what_leaving_the_key_out_means(stack):
     """The CLI hands the program Pulumi.yaml's default for each key a stack leaves out: that
-    must resolve to the same StackConfig as the key's absence (spec/config.py's default)."""
+    must resolve to the same StackConfig as the key's absence (core/config.py's default)."""
     project = pc.load_project(ROOT / "Pulumi.yaml")
     own = _stack_only(stack)
     merged = pc.program_config(pc.check_stack(ROOT, stack))

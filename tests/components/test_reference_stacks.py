@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.profiles import load_profile
+from gpuforge.core.catalog import load_catalog
+from gpuforge.core.profiles import load_profile
 
 STACKS = ["cv-training", "nlp-inference", "risk-sim"]
 CATALOG = load_catalog()
@@ -125,7 +125,7 @@ def test_efa_interfaces_match_the_catalog(result):
         assert all(f"{sg.name}-offline" in n["securityGroups"] and len(n["securityGroups"]) == 2 for n in nics)
     else:
         nics = cluster_template(result.run).inputs["networkInterfaces"]
-    # spec/addressing.py: an EFA device on every card; multi-card types put an ENA primary
+    # core/addressing.py: an EFA device on every card; multi-card types put an ENA primary
     # first and EFA-only interfaces (no IP address) on every card
     layout = [(n["networkCardIndex"], n["deviceIndex"], n.get("interfaceType")) for n in nics]
     if it.efa_interfaces > 1:
@@ -335,7 +335,7 @@ def test_runs_in_one_process_do_not_leak_into_each_other(preview_of):
 
 def test_preview_cost_is_the_cost_commands_arithmetic(result):
     """One arithmetic: the preview's lines add up to what `gpuforge cost` reports."""
-    from gpuforge.spec.costplan import stack_cost
+    from gpuforge.core.costplan import stack_cost
 
     cost = result.to_dict()["cost"]
     sc = stack_cost(result.config)

@@ -9,7 +9,7 @@ import pytest
 from gpuforge.components import userdata
 from gpuforge.components.compute import node_policy
 from gpuforge.components.monitoring import agent_config
-from gpuforge.spec.config import StackConfig, parse_stack_config
+from gpuforge.core.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
 from tests.components.stackcfg import ROOT
 
@@ -41,7 +41,7 @@ def test_spot_stack_pre_pulls_what_the_checkpoint_runs(cfg: StackConfig) -> None
     spot = cfg.model_copy(update={"fleet": cfg.fleet.model_copy(update={"purchase_option": "spot"})})
     r = userdata.stack_user_data(spot, account_id="123456789012")
     assert r.plan is not None and r.plan.checkpoint_command and r.plan.checkpoint_images
-    # the bucket in the account's regional namespace (spec/bucketnames.py)
+    # the bucket in the account's regional namespace (core/bucketnames.py)
     assert f"s3://gpuforge-{cfg.stack}-ckpt-123456789012-us-east-1-an/" in r.plan.checkpoint_command
     image = r.plan.checkpoint_images[0]
     assert f"--pull never -v /scratch/checkpoints:/ckpt:ro {image} " in r.plan.checkpoint_command

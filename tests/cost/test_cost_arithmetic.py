@@ -1,6 +1,6 @@
 """`gpuforge cost` against figures worked out by hand from the catalog.
 
-Catalog inputs used below (spec/catalog/offerings.csv, storage_prices.yaml, commitments.yaml):
+Catalog inputs used below (core/catalog/offerings.csv, storage_prices.yaml, commitments.yaml):
   p4de.24xlarge us-east-1  on-demand 27.44705  spot 14.2574   (8 GPUs)
   g4dn.8xlarge  us-east-1  on-demand  2.176    spot  0.5935   (1 GPU)
   p3dn.24xlarge us-east-1  on-demand 31.212    spot  4.5474   (8 GPUs)
@@ -8,7 +8,7 @@ Catalog inputs used below (spec/catalog/offerings.csv, storage_prices.yaml, comm
   commitments: 1y 40% off, 3y 60% off (seed 000 line 28)
 Every profile has a 200 GiB gp3 root: 200 * 0.08 / 730 = 0.021917808 $/node-h.
 risk-sim adds 4096 GiB st1: (16 + 4096 * 0.045) / 730 = 200.32 / 730 = 0.274410959 $/node-h.
-nlp-inference runs on EKS (spec/catalog/platform_prices.yaml, kubernetes/defaults.yaml):
+nlp-inference runs on EKS (core/catalog/platform_prices.yaml, kubernetes/defaults.yaml):
   control plane 0.10 $/h; system nodes 2 x m6i.large at 0.096 = 0.192 $/h; their roots
   2 x 30 GiB gp3 = 60 * 0.08 / 730 = 0.006575342 $/h; its nodes are private and leave through a
   NAT gateway at 0.045 $/h (platform_prices.yaml nat_gateway). Fixed: 0.343575342 $/h under every option.
@@ -24,8 +24,8 @@ from click.testing import CliRunner
 
 from gpuforge.cli import cli
 from gpuforge.common.errors import InputError
-from gpuforge.spec.config import parse_stack_config
-from gpuforge.spec.costplan import hybrid, load_purchase_data, stack_cost
+from gpuforge.core.config import parse_stack_config
+from gpuforge.core.costplan import hybrid, load_purchase_data, stack_cost
 from gpuforge.stackfile import load_stack_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_eks_stack_adds_control_plane_and_system_nodes_by_hand() -> None:
 
 def test_preview_shows_the_eks_items_as_lines() -> None:
     raw, _ = load_stack_config(ROOT, "nlp-inference")
-    from gpuforge.spec.cost import estimate
+    from gpuforge.core.cost import estimate
 
     est = estimate(parse_stack_config(raw, "nlp-inference")).to_dict()
     lines = {line["item"]: line for line in est["lines"]}
@@ -135,7 +135,7 @@ def test_preview_shows_the_eks_items_as_lines() -> None:
 
 
 def test_commitment_discounts_come_from_the_data_file(tmp_path: Path) -> None:
-    text = (ROOT / "spec/catalog/commitments.yaml").read_text().replace("discount: 0.40", "discount: 0.10")
+    text = (ROOT / "core/catalog/commitments.yaml").read_text().replace("discount: 0.40", "discount: 0.10")
     path = tmp_path / "commitments.yaml"
     path.write_text(text)
     raw, _ = load_stack_config(ROOT, "nlp-inference")

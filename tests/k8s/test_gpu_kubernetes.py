@@ -15,7 +15,7 @@ from gpuforge.components.kubernetes.schema import recorded_manifests, validate_m
 from gpuforge.preview import run_preview
 
 ROOT = Path(__file__).resolve().parents[2]
-OPERATORS = ["198.51.100.0/24"]  # the public CIDR the EKS API is opened to (required, spec/kubernetes/settings.py)
+OPERATORS = ["198.51.100.0/24"]  # the public CIDR the EKS API is opened to (required, core/kubernetes/settings.py)
 NLP = {"aws:region": "us-east-1", "gpuforge:profile": "nlp-inference", "gpuforge:azId": "use1-az5",
        "gpuforge:kubernetes": "eks", "gpuforge:eksPublicAccessCidrs": OPERATORS, "gpuforge:publicIps": False}
 CV = {"aws:region": "us-east-1", "gpuforge:profile": "cv-training", "gpuforge:azId": "use1-az4",
@@ -133,7 +133,7 @@ def test_system_pods_have_an_untainted_home(nlp):
     """CoreDNS, metrics-server and the add-on's controller do not tolerate the GPU taint: a small
     on-demand system node group without taints runs them, in the stack's subnet, on an IMDSv2
     template with an encrypted gp3 root, tagged like everything else."""
-    from gpuforge.spec.kubernetes.settings import defaults
+    from gpuforge.core.kubernetes.settings import defaults
 
     system = defaults()["system_nodes"]
     gpu = one(nlp.run, "aws:eks/nodeGroup:NodeGroup", "-gpu").inputs
@@ -160,7 +160,7 @@ def test_system_pods_have_an_untainted_home(nlp):
 
 def test_eks_multi_card_efa_type_gets_one_efa_per_card(tmp_path):
     """p4de.24xlarge has 4 network cards: an ENA primary and four EFA-only interfaces on the node
-    group's template (spec/addressing.py), none naming a subnet (the node group gives it),
+    group's template (core/addressing.py), none naming a subnet (the node group gives it),
     each with the cluster's and the stack's groups."""
     res = run_preview(project(tmp_path, CV), "t")
     lt = one(res.run, "aws:ec2/launchTemplate:LaunchTemplate", "t-eks-lt").inputs
@@ -247,8 +247,8 @@ def test_idle_alarm_reads_the_gpu_metric_the_addon_publishes_for_this_cluster(nl
     """EKS nodes boot the EKS AMI, not gpuforge's bootstrap and its agent: the CloudWatch
     Observability add-on publishes Container Insights' node_gpu_utilization, rolled up on
     ClusterName, and the alarm reads exactly that series of the node group's cluster."""
-    from gpuforge.spec.fleet import guardrails
-    from gpuforge.spec.kubernetes.settings import defaults
+    from gpuforge.core.fleet import guardrails
+    from gpuforge.core.kubernetes.settings import defaults
 
     eks_data, addon_data = guardrails()["idle"]["eks"], defaults()["cloudwatch_observability"]
     cluster = one(nlp.run, "aws:eks/cluster:Cluster")
@@ -257,7 +257,7 @@ def test_idle_alarm_reads_the_gpu_metric_the_addon_publishes_for_this_cluster(nl
     addon = one(nlp.run, "aws:eks/addon:Addon", "cloudwatch").inputs
     assert addon["addonName"] == addon_data["addon_name"] == "amazon-cloudwatch-observability"
     assert addon["clusterName"] == ng["clusterName"]
-    assert "addonVersion" not in addon  # not pinned: EKS's default build (spec/kubernetes/defaults.yaml)
+    assert "addonVersion" not in addon  # not pinned: EKS's default build (core/kubernetes/defaults.yaml)
     # The node role the node group's nodes run with may publish what the add-on's agent sends.
     role = one(nlp.run, "aws:iam/role:Role", "eks-node")
     assert ng["nodeRoleArn"].endswith(f"role/{role.name}")

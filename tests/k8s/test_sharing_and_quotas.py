@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.catalog import load_catalog
-from gpuforge.spec.kubernetes.quotas import team_quota
-from gpuforge.spec.kubernetes.sharing import plan_sharing
-from gpuforge.spec.profiles import Sharing
+from gpuforge.core.catalog import load_catalog
+from gpuforge.core.kubernetes.quotas import team_quota
+from gpuforge.core.kubernetes.sharing import plan_sharing
+from gpuforge.core.profiles import Sharing
 
 CAT = load_catalog()
 

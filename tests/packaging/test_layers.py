@@ -4,7 +4,7 @@ Every module is imported as gpuforge.*; the folders are mapped to those names by
 package-dir. These tests read the imports of every file (ast, lazy imports inside functions
 included) and hold them against the layer order the README states:
 
-    cli -> components -> bootstrap -> spec -> common;  validate, policy -> spec -> common
+    cli -> components -> bootstrap -> core -> common;  validate, policy -> core -> common
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {"cli": "gpuforge", "common": "gpuforge.common", "spec": "gpuforge.spec",
+FOLDERS = {"cli": "gpuforge", "common": "gpuforge.common", "core": "gpuforge.core",
            "components": "gpuforge.components", "bootstrap": "gpuforge.bootstrap",
            "validate": "gpuforge.validate", "policy": "gpuforge.policy"}
 # What each layer may import besides itself.
 ALLOWED = {
     "common": set(),
-    "spec": {"common"},
-    "bootstrap": {"spec", "common"},
-    "validate": {"spec", "common"},
-    "policy": {"spec", "common"},
-    "components": {"bootstrap", "spec", "common"},
-    "cli": {"components", "bootstrap", "validate", "policy", "spec", "common"},
+    "core": {"common"},
+    "bootstrap": {"core", "common"},
+    "validate": {"core", "common"},
+    "policy": {"core", "common"},
+    "components": {"bootstrap", "core", "common"},
+    "cli": {"components", "bootstrap", "validate", "policy", "core", "common"},
 }
 OLD_NAMES = set(FOLDERS)  # the folders' own names: never imported as top-level packages
 

@@ -121,7 +121,7 @@ def test_budget_present_and_affordable(record) -> None:
 
 def test_budget_counts_the_eks_control_plane_and_system_nodes(record) -> None:
     # p4de 27.44705 $/h * 720 = 19,762; on EKS add 2 x m6i.large 0.096 and the control plane 0.10:
-    # (27.44705 + 0.192 + 0.10) * 720 = 19,972 $ per 30 days (spec/catalog/platform_prices.yaml)
+    # (27.44705 + 0.192 + 0.10) * 720 = 19,972 $ per 30 days (core/catalog/platform_prices.yaml)
     assert violations(record("plain", budgetUsd=19800).run.resources, "budget-present") == []
     eks = record("eks", budgetUsd=19800, kubernetes="eks", eksPublicAccessCidrs=["198.51.100.0/24"],
                  publicIps=False).run.resources

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuforge.cli import cli, main
-from gpuforge.spec.config import parse_stack_config
+from gpuforge.core.config import parse_stack_config
 from gpuforge.stackfile import load_stack_config
 
 P_ON_DEMAND, P_SPOT, G_ON_DEMAND = "L-417A185B", "L-7212CCBC", "L-DB2E81BA"

@@ -137,9 +137,9 @@ class _Buckets:
 
 
 def _bucket_ctx(names: list[str], account: str | None) -> Any:
+    from gpuforge.core.catalog import load_catalog
+    from gpuforge.core.config import parse_stack_config
     from gpuforge.preflight.context import Context
-    from gpuforge.spec.catalog import load_catalog
-    from gpuforge.spec.config import parse_stack_config
     from tests.components.stackcfg import base_config
 
     cfg = parse_stack_config(base_config(), "t")

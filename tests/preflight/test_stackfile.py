@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.common.errors import InputError
-from gpuforge.spec.config import parse_stack_config
+from gpuforge.core.config import parse_stack_config
 from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config, set_config_value, stack_names
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_encodings_and_project_defaults(project: Path) -> None:
     assert secrets == ["gpuforge:ngcApiKeyParameter"]
     assert raw["gpuforge:sshUser"] == "ubuntu"  # Pulumi.yaml default
     # Every optional key has a default in Pulumi.yaml (the CLI requires keys without one); ""
-    # is read as unset by spec/config.py (tests/components/test_pulumi_conformance.py)
+    # is read as unset by core/config.py (tests/components/test_pulumi_conformance.py)
     assert raw["gpuforge:keyName"] == ""
 
 

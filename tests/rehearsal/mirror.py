@@ -1,5 +1,5 @@
 """The package mirror on the rehearsal network: what a site's internal mirror serves, laid out as
-`gpuforge:mirror` expects (spec/mirror.py), served over HTTP with an access log.
+`gpuforge:mirror` expects (core/mirror.py), served over HTTP with an access log.
 
 - `ubuntu/`: the Ubuntu archive's stand-in, a Debian-layout archive (suites bookworm,
   -updates, -security, -backports: what cloud-init's Debian sources template names) holding the
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gpuforge.bootstrap.plan import DISTRO
 from gpuforge.bootstrap.versions import Versions
-from gpuforge.spec.mirror import URL_UPSTREAMS
+from gpuforge.core.mirror import URL_UPSTREAMS
 from tests.rehearsal import standins
 from tests.rehearsal.root import RootImage
 
@@ -142,7 +142,7 @@ class MirrorTree:
     # -- layout
 
     def _path(self, name: str, upstream_url: str) -> Path:
-        """Where the file of `upstream_url` lives on the mirror (as spec/mirror.py maps it)."""
+        """Where the file of `upstream_url` lives on the mirror (as core/mirror.py maps it)."""
         return self.root / name / upstream_url[len(URL_UPSTREAMS[name]):]
 
     def _put(self, name: str, upstream_url: str, data: bytes) -> bytes:

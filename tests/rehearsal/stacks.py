@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuforge.bootstrap.versions import load_versions
 from gpuforge.components.userdata import stack_user_data
-from gpuforge.spec.config import StackConfig, parse_stack_config
+from gpuforge.core.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
 from tests.rehearsal.nodes import Node, Rehearsal
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuforge.spec.config import StackConfig, parse_stack_config
+from gpuforge.core.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
 from tests.policy.conftest import record  # noqa: F401  (the recorded-graph fixture, for test_slurm_stack.py)
 

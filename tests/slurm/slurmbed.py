@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuforge.bootstrap.slurm import SlurmLayout, SlurmPaths, render_slurm
-from gpuforge.spec.profiles import SlurmHealthCheck, SlurmPartition
+from gpuforge.core.profiles import SlurmHealthCheck, SlurmPartition
 from tests.validate.testbed import REPLAY_DIR, Testbed, missing_requirements
 
 FIXTURES = REPLAY_DIR.parent / "fixtures"

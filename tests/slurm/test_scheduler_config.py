@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.config import parse_stack_config
+from gpuforge.core.config import parse_stack_config
 from tests.slurm.conftest import PROJECT, slurm_raw, slurm_stack
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.common.results import Level
-from gpuforge.spec.catalog import load_catalog
+from gpuforge.core.catalog import load_catalog
 from gpuforge.validate import localise, thresholds
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.network import model, tcp_test

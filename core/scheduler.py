@@ -1,7 +1,7 @@
 """Typed, validated settings of the scheduler layer (`gpuforge:scheduler`), built from the flat
 stack config keys and the profile's `scheduler.slurm` section.
 
-Called by spec/config.py's `parse_stack_config`, so a stack that asks for Slurm where it
+Called by core/config.py's `parse_stack_config`, so a stack that asks for Slurm where it
 cannot work fails before any resource is declared, with one `error:` line naming the key.
 Pure data: no Pulumi, so bootstrap and the CLI may import it.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.catalog import GpuModel, InstanceType
-from gpuforge.spec.profiles import Profile, SlurmHealthCheck, SlurmPartition
+from gpuforge.core.catalog import GpuModel, InstanceType
+from gpuforge.core.profiles import Profile, SlurmHealthCheck, SlurmPartition
 
 NS = "gpuforge"
 # RealMemory is 95 % of the memory EC2 lists: the kernel and firmware keep some, and a node whose

@@ -14,7 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpuforge.spec.catalog import did_you_mean
+from gpuforge.core.catalog import did_you_mean
 
 PROFILE_DIR = Path(__file__).resolve().parent
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.catalog import GpuModel
-from gpuforge.spec.profiles import Sharing
+from gpuforge.core.catalog import GpuModel
+from gpuforge.core.profiles import Sharing
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_SLICES = 7  # an A100/H100/H200 has 7 compute slices; a layout may not use more

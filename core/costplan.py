@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from gpuforge.spec.catalog import CATALOG_DIR
-from gpuforge.spec.config import StackConfig
+from gpuforge.core.catalog import CATALOG_DIR
+from gpuforge.core.config import StackConfig
 
 HOURS_PER_MONTH = 730  # AWS prices GB-month storage over 730 hours
 HOURS_30_DAYS = 720
@@ -115,7 +115,7 @@ def platform_items(cfg: StackConfig, prices: PlatformPrices | None = None) -> tu
 
 
 def _egress_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
-    from gpuforge.spec.addressing import INTERFACE_SERVICES
+    from gpuforge.core.addressing import INTERFACE_SERVICES
 
     items: list[FixedItem] = []
     if cfg.nat_gateway:
@@ -133,8 +133,8 @@ def _slurm_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, .
     """The head node runs on demand whatever the GPU nodes are bought as (components/slurmhead.py)."""
     if cfg.slurm is None:
         return ()
-    from gpuforge.spec.catalog import load_catalog
-    from gpuforge.spec.slurmhead_sizes import HEAD_ROOT_GIB
+    from gpuforge.core.catalog import load_catalog
+    from gpuforge.core.slurmhead_sizes import HEAD_ROOT_GIB
 
     head = prices.instance(cfg.slurm.head_instance_type, cfg.region)
     gp3 = load_catalog().storage.usd_per_gb_month["gp3"]
@@ -147,8 +147,8 @@ def _slurm_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, .
 def _eks_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
     if cfg.kubernetes is None or cfg.kubernetes.mode != "eks":
         return ()
-    from gpuforge.spec.catalog import load_catalog
-    from gpuforge.spec.kubernetes.settings import defaults  # data only, no Pulumi
+    from gpuforge.core.catalog import load_catalog
+    from gpuforge.core.kubernetes.settings import defaults  # data only, no Pulumi
 
     system = defaults()["system_nodes"]
     count, type_name, root_gib = int(system["count"]), str(system["instance_type"]), int(system["root_volume_gib"])
@@ -234,7 +234,7 @@ class StackCost:
 def stack_cost(cfg: StackConfig, node_count: int | None = None, data: PurchaseData | None = None) -> StackCost:
     """Cost of `cfg` at its node count (or `node_count`, e.g. an autoscaling maximum)."""
     data = data or load_purchase_data()
-    from gpuforge.spec.catalog import load_catalog
+    from gpuforge.core.catalog import load_catalog
 
     offering = cfg.instance.offering(cfg.region)
     od = offering.on_demand_usd_per_hour if offering else None

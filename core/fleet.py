@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.catalog import Catalog, InstanceType
+from gpuforge.core.catalog import Catalog, InstanceType
 
 GUARDRAILS_FILE = Path(__file__).resolve().parent / "guardrails.yaml"
 PurchaseOption = Literal["on-demand", "spot", "capacity-reservation", "capacity-block"]
@@ -125,7 +125,7 @@ def parse_fleet(raw: Any, instance: InstanceType, region: str, az_id: str, catal
     if option == "capacity-block" and instance.name not in g["capacity_blocks"]["instance_types"]:
         raise ConfigError(
             f"{_NS}:purchaseOption",
-            f"{instance.name} is not sold as EC2 Capacity Blocks per spec/guardrails.yaml",
+            f"{instance.name} is not sold as EC2 Capacity Blocks per core/guardrails.yaml",
             f"use capacity-reservation, or a type sold that way: {', '.join(g['capacity_blocks']['instance_types'])}",
         )
     if raw.spotMaxPrice is not None:

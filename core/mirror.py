@@ -15,7 +15,7 @@ fingerprints against what the mirror serves. Images: `nvcr.io=registry.internal/
 `registry.internal/nvcr/nvidia/pytorch:24.08-py3` and tags it as the upstream name, because
 docker's own `registry-mirrors` only applies to Docker Hub.
 
-Pure and dependency-free (spec/config.py validates with it, bootstrap renders with it).
+Pure and dependency-free (core/config.py validates with it, bootstrap renders with it).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from gpuforge.common.errors import EXIT_CHECKS_FAILED, GpuforgeError, InputError
-from gpuforge.spec.catalog import CATALOG_DIR, load_catalog
+from gpuforge.core.catalog import CATALOG_DIR, load_catalog
 
 PRICING_REGION = "us-east-1"  # the Pricing API has endpoints in us-east-1 (and few others), not per region
 MAX_PAGES = 50  # every paginated call is bounded: a misbehaving endpoint cannot loop us forever

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuforge.spec.catalog import InstanceType
+from gpuforge.core.catalog import InstanceType
 
 MIB_PER_GIB = 1024
 

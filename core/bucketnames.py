@@ -1,4 +1,4 @@
-"""Bucket names, without Pulumi: spec/config.py checks them before any resource exists."""
+"""Bucket names, without Pulumi: core/config.py checks them before any resource exists."""
 
 from __future__ import annotations
 

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuforge.spec.catalog import Catalog, GpuModel, InstanceType, did_you_mean, load_catalog
-from gpuforge.spec.config import MAX_NODES  # a shape needing more nodes than a stack may have is not offered
-from gpuforge.spec.profiles import Requirements
+from gpuforge.core.catalog import Catalog, GpuModel, InstanceType, did_you_mean, load_catalog
+from gpuforge.core.config import MAX_NODES  # a shape needing more nodes than a stack may have is not offered
+from gpuforge.core.profiles import Requirements
 
 # AWS prices EBS per GB-month and instances per hour; its pricing pages convert with 730 h/month.
 HOURS_PER_MONTH = 730

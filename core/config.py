@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.addressing import (
+from gpuforge.core.addressing import (
     AWS_RESERVED_PER_SUBNET,
     EKS_CONTROL_PLANE_ADDRESSES,
     INTERFACE_SERVICES,
@@ -25,13 +25,13 @@ from gpuforge.spec.addressing import (
     interface_layout,
     usable_addresses,
 )
-from gpuforge.spec.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name, directory_bucket_name
-from gpuforge.spec.catalog import Catalog, InstanceType, did_you_mean, load_catalog
-from gpuforge.spec.fleet import FleetConfig, check_gpu_quota, parse_fleet
-from gpuforge.spec.kubernetes.settings import KubernetesSettings, kubernetes_settings
-from gpuforge.spec.mirror import Mirror, MirrorError, parse_mirror
-from gpuforge.spec.profiles import Profile, UnknownProfileError, load_profile, profile_names
-from gpuforge.spec.scheduler import SlurmSettings, slurm_settings
+from gpuforge.core.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name, directory_bucket_name
+from gpuforge.core.catalog import Catalog, InstanceType, did_you_mean, load_catalog
+from gpuforge.core.fleet import FleetConfig, check_gpu_quota, parse_fleet
+from gpuforge.core.kubernetes.settings import KubernetesSettings, kubernetes_settings
+from gpuforge.core.mirror import Mirror, MirrorError, parse_mirror
+from gpuforge.core.profiles import Profile, UnknownProfileError, load_profile, profile_names
+from gpuforge.core.scheduler import SlurmSettings, slurm_settings
 
 PROJECT = "gpuforge"
 MAX_NODES = 256  # one cluster placement group; larger fleets are split into several stacks
@@ -92,7 +92,7 @@ class RawStackConfig(BaseModel):
     owner: str | None = None
     costCenter: str | None = None
     ngcApiKeyParameter: str | None = None
-    # Purchase, autoscaling, budget, idle and quota keys (spec/fleet.py resolves these).
+    # Purchase, autoscaling, budget, idle and quota keys (core/fleet.py resolves these).
     purchaseOption: Literal["on-demand", "spot", "capacity-reservation", "capacity-block"] = "on-demand"
     spotMaxPrice: str | None = None
     spotInterruptionBehavior: Literal["terminate", "stop", "hibernate"] = "terminate"
@@ -109,7 +109,7 @@ class RawStackConfig(BaseModel):
     gpuQuota: int | None = Field(default=None, ge=0)
     idleUtilPercent: int | None = Field(default=None, ge=1, le=100)
     idleMinutes: int | None = Field(default=None, ge=5, le=1440)
-    # Kubernetes layer (spec/kubernetes/settings.py validates and resolves these).
+    # Kubernetes layer (core/kubernetes/settings.py validates and resolves these).
     kubernetes: Literal["none", "eks", "existing"] = "none"
     kubeconfig: str | None = None  # read only as a Pulumi secret (components/kubernetes/component.py)
     kubernetesVersion: str = "1.33"
@@ -124,9 +124,9 @@ class RawStackConfig(BaseModel):
     inferencePort: int = Field(default=8000, ge=1, le=65535)
     inferenceMaxBatchSize: int = Field(default=32, ge=1, le=4096)
     inferenceMaxBatchDelayMs: int = Field(default=10, ge=0, le=10000)
-    # Package mirror for the node bootstrap: NAME=LOCATION entries (spec/mirror.py).
+    # Package mirror for the node bootstrap: NAME=LOCATION entries (core/mirror.py).
     mirror: tuple[str, ...] = ()
-    # Scheduler layer (spec/scheduler.py validates and resolves it).
+    # Scheduler layer (core/scheduler.py validates and resolves it).
     scheduler: Literal["none", "slurm"] = "none"
 
 
@@ -525,14 +525,14 @@ def _check_egress(parsed: RawStackConfig, instance: InstanceType, fleet: FleetCo
 
 def _check_subnet_size(parsed: RawStackConfig, instance: InstanceType, nodes: int) -> None:
     """The subnet gpuforge creates must hold every node's addresses (at the Auto Scaling maximum),
-    and on EKS the system nodes and the control plane's interfaces (spec/addressing.py)."""
+    and on EKS the system nodes and the control plane's interfaces (core/addressing.py)."""
     if parsed.vpcId:
         return  # an existing subnet: gpuforge preflight sees its free addresses
     per_node = addresses_per_node(instance)
     need = nodes * per_node
     parts = [f"{nodes} nodes x {per_node} address{'es' if per_node > 1 else ''}"]
     if parsed.kubernetes == "eks":
-        from gpuforge.spec.kubernetes.settings import defaults
+        from gpuforge.core.kubernetes.settings import defaults
 
         system = int(defaults()["system_nodes"]["count"])
         need += system + EKS_CONTROL_PLANE_ADDRESSES
@@ -558,7 +558,7 @@ def _check_bucket_base(base: str, az_id: str, region: str) -> None:
             f"{base!r} is not a usable bucket base name",
             "use 3-42 lowercase letters, digits and single hyphens",
         )
-    # Both names carry the 12-digit account id (spec/bucketnames.py) and must fit S3's 63
+    # Both names carry the 12-digit account id (core/bucketnames.py) and must fit S3's 63
     # characters: <base>-<account>--<azid>--x-s3 and <base>-ckpt-<account>-<region>-an.
     for what, longest in (("directory", directory_bucket_name(base, "0" * 12, az_id)),
                           ("checkpoint", checkpoint_bucket_name(base, "0" * 12, region))):

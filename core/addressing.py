@@ -1,6 +1,6 @@
 """Network interfaces of a GPU node and the subnet addresses they take. Pure data, no Pulumi:
 the launch templates (components/compute.py) and the config check of the subnet's size
-(spec/config.py) read the same layout.
+(core/config.py) read the same layout.
 
 Multi-card EFA types follow the EC2 user guide, "Maximize network bandwidth on Amazon EC2
 instances with multiple network cards" (efa-acc-inst-types): an ENA interface as the primary
@@ -18,7 +18,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.catalog import InstanceType
+from gpuforge.core.catalog import InstanceType
 
 AWS_RESERVED_PER_SUBNET = 5  # VPC user guide, "Subnet CIDR blocks": first four and the last
 # EKS user guide, "View Amazon EKS networking requirements for VPC and subnets": the cluster's

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuforge.spec.catalog import Catalog, load_catalog
-from gpuforge.spec.config import StackConfig
-from gpuforge.spec.costplan import HOURS_30_DAYS, HOURS_PER_MONTH, load_platform_prices, stack_cost
+from gpuforge.core.catalog import Catalog, load_catalog
+from gpuforge.core.config import StackConfig
+from gpuforge.core.costplan import HOURS_30_DAYS, HOURS_PER_MONTH, load_platform_prices, stack_cost
 
 __all__ = ["HOURS_30_DAYS", "HOURS_PER_MONTH", "CostEstimate", "CostLine", "estimate"]
 

@@ -1,6 +1,6 @@
 """Typed, validated settings of the Kubernetes layer, built from the flat stack config keys.
 
-Called by spec/config.py's `parse_stack_config`, so a bad value fails before any resource
+Called by core/config.py's `parse_stack_config`, so a bad value fails before any resource
 is declared, with the same `error:` line under `pulumi up` and `gpuforge preview`.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.spec.catalog import GpuModel, InstanceType
-from gpuforge.spec.profiles import Profile
+from gpuforge.core.catalog import GpuModel, InstanceType
+from gpuforge.core.profiles import Profile
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -101,8 +101,8 @@ def kubernetes_settings(
     if len(set(teams)) != len(teams):
         raise ConfigError(f"{ns}:kubernetesTeams", "lists a team twice", "list each team once")
 
-    from gpuforge.spec.kubernetes.quotas import team_quota  # pure arithmetic, no Pulumi
-    from gpuforge.spec.kubernetes.sharing import GPU_RESOURCE, plan_sharing
+    from gpuforge.core.kubernetes.quotas import team_quota  # pure arithmetic, no Pulumi
+    from gpuforge.core.kubernetes.sharing import GPU_RESOURCE, plan_sharing
 
     sharing = plan_sharing(profile.sharing, gpu)  # raises ConfigError for a bad MIG layout
     quota = team_quota(instance, node_count, sharing.advertised_per_gpu, raw.gpuHeadroomPercent, len(teams))
