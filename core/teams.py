@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuforge.common.errors import InputError
 from gpuforge.core.catalog import did_you_mean
-from gpuforge.core.config import internet_wide
+from gpuforge.core.config_rules import internet_wide
 
 TEAMS_DIR = Path(__file__).resolve().parents[1] / "stacks" / "teams"
 NAME = r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$"  # becomes part of stack and bucket names

@@ -29,7 +29,7 @@ from pulumi_policy import (
 from pulumi_policy.proxy import UnknownValueError
 
 from gpuforge.core.catalog import load_catalog
-from gpuforge.core.config import internet_wide
+from gpuforge.core.config_rules import internet_wide
 from gpuforge.core.cost import HOURS_30_DAYS
 from gpuforge.core.costplan import load_platform_prices
 from gpuforge.core.fleet import guardrails
