@@ -208,6 +208,7 @@ def plan_node(
         where = f"cluster {cfg.slurm.cluster_name}, head {cfg.slurm.head_name}"
         phases.append(Phase("slurm", f"munge and slurmd {sv.version} ({where})"))
         phases.append(Phase("pyxis", f"Enroot {v.enroot.version} and Pyxis {v.pyxis.version}: NGC images under srun"))
+        phases.append(Phase("slurm-start", "slurmd through its packaged unit, after pyxis.conf is in place"))
     phases.append(Phase("self-check", "GPU count and model, driver/fabric manager versions, EFA provider"))
 
     return NodePlan(

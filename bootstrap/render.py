@@ -31,6 +31,7 @@ __all__ = ["AGENT_CONFIG_FILE", "EC2_USER_DATA_LIMIT", "BootstrapError", "Render
 EC2_USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2 API limit)
 USER_DATA_FILE = "user-data.yaml"
 AGENT_CONFIG_FILE = "etc/gpuforge/cloudwatch-agent.json"  # what the cloudwatch-agent phase loads
+SLURMD_DROPIN = "etc/systemd/system/slurmd.service.d/gpuforge.conf"  # the configless node's unit drop-in
 _HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -179,6 +180,7 @@ def _render_files(plan: NodePlan, v: Versions) -> dict[str, str]:
         files.update(render_slurm(plan.slurm))
     if plan.slurm is not None and plan.slurm_daemon == "slurmd":
         files["opt/gpuforge/bin/gpuforge-health-check"] = env.get_template("gpuforge-health-check.j2").render(ctx)
+        files[SLURMD_DROPIN] = env.get_template("slurmd-dropin.conf.j2").render(ctx)
     if plan.checkpoint_command:
         files["opt/gpuforge/bin/gpuforge-spot-watcher"] = env.get_template("spot-watcher.j2").render(ctx)
         files["etc/systemd/system/gpuforge-spot-watcher.service"] = env.get_template(

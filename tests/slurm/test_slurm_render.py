@@ -60,7 +60,11 @@ def test_gpu_nodes_get_slurm_and_pyxis_phases_and_still_fit_ec2(purchase: str) -
                             account_id="123456789012")  # fmt: skip
         assert r.plan is not None
         names = [p.name for p in r.plan.phases]
-        assert names.index("slurm") < names.index("pyxis") < names.index("self-check")
+        # slurmd starts after pyxis.conf exists (it reads plugstack.conf at start), and the
+        # self-check judges it by its registration with the controller
+        assert names.index("slurm") < names.index("pyxis") < names.index("slurm-start") < names.index("self-check")
+        assert "scontrol -o show node" in r.files["opt/gpuforge/phases/self-check.sh"]
+        assert "systemctl start" not in r.files["opt/gpuforge/phases/slurm.sh"]
         assert len(r.user_data) <= EC2_USER_DATA_LIMIT
         # configless: no Slurm file on the GPU nodes; slurmd asks the head for them
         assert not [k for k in r.files if k.startswith("etc/slurm/")]
@@ -71,7 +75,7 @@ def test_gpu_nodes_get_slurm_and_pyxis_phases_and_still_fit_ec2(purchase: str) -
 
 def test_the_head_runs_slurmctld_only() -> None:
     r = render_head_user_data(slurm_stack("cv-training"))
-    assert r.plan is not None and [p.name for p in r.plan.phases] == ["base", "slurm"]
+    assert r.plan is not None and [p.name for p in r.plan.phases] == ["base", "slurm", "slurm-start"]
     phase = r.files["opt/gpuforge/phases/slurm.sh"]
     assert "apt_install munge slurmctld slurm-client\n" in phase and "conf-server" not in phase
     assert "gpuforge-health-check" not in " ".join(r.files) and len(r.user_data) <= EC2_USER_DATA_LIMIT
@@ -86,15 +90,19 @@ def test_a_layout_without_nodes_is_refused() -> None:
         render_slurm(layout.__class__(**{**layout.__dict__, "node_names": ()}))
 
 
+SHELL_FILES = ("opt/gpuforge/phases/slurm.sh", "opt/gpuforge/phases/pyxis.sh", "opt/gpuforge/phases/slurm-start.sh",
+               "opt/gpuforge/phases/self-check.sh", "opt/gpuforge/bin/gpuforge-health-check")
+
+
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (scripts/setup.sh adds it)")
 def test_slurm_phases_pass_shellcheck(tmp_path: Path) -> None:
     r = render_user_data(slurm_stack("cv-training", os="ubuntu-24.04"), None)
-    for rel in ("opt/gpuforge/phases/slurm.sh", "opt/gpuforge/phases/pyxis.sh", "opt/gpuforge/bin/gpuforge-health-check"):
+    for rel in SHELL_FILES:
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(r.files[rel])
     (tmp_path / "opt/gpuforge/lib.sh").write_text(r.files["opt/gpuforge/lib.sh"])
-    for rel in ("opt/gpuforge/phases/slurm.sh", "opt/gpuforge/phases/pyxis.sh", "opt/gpuforge/bin/gpuforge-health-check"):
+    for rel in SHELL_FILES:
         out = subprocess.run(["shellcheck", "-x", "-P", str(tmp_path / "opt/gpuforge/phases"), str(tmp_path / rel)],
                              capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, f"{rel}: {out.stdout}"
@@ -115,7 +123,7 @@ def test_bootstrap_render_writes_the_head_nodes_user_data(tmp_path: Path, capsys
         main(["bootstrap", "render", "--stack", "cv-training", "--node", "cv-training-head", "--out", str(out),
               "--project-dir", str(proj)])  # fmt: skip
     assert ex.value.code == 0, capsys.readouterr().err
-    assert "phases: base -> slurm" in capsys.readouterr().out
+    assert "phases: base -> slurm -> slurm-start" in capsys.readouterr().out
     assert "SlurmctldHost=cv-training-head" in (out / "etc/slurm/slurm.conf").read_text()
     assert "apt_install munge slurmctld" in (out / "opt/gpuforge/phases/slurm.sh").read_text()
 
