@@ -2,17 +2,21 @@
 HealthCheckProgram, and the node is drained with the failing check's own reason, or resumed when
 it passes again.
 
-Rules (issue 14):
+Rules (issue 14, issue 19: a rule that acts on any cluster size):
 - an `error` result drains the node: reason `gpuforge-health: <check>: <message>`;
-- `unknown` evidence (nvidia-smi lists no GPU rows, a tool is missing, output not understood)
-  drains only saying so: reason `gpuforge-health: unknown evidence: <check>: <message>`. With
-  `drain_on_unknown=False` it never drains, and the log says that it did not and why;
+- missing evidence never drains: `unknown` results (nvidia-smi lists no GPU rows, a tool is
+  missing, output not understood, the command timed out) are logged as a drain held back, and the
+  node stays as it is. A node drained by us is not resumed while its evidence is unknown;
 - a node drained by gpuforge is resumed when every check passes again; a node drained by
   anyone else (another reason) is never touched;
-- the bound: the health check never drains a node when that would leave more than
-  `max_drained_percent` of the cluster drained by gpuforge. Past it, one broken check (a driver
-  update that changes nvidia-smi's output, say) is likelier than that many broken nodes, and a
-  check must not empty the partition. It says so instead, naming the bound.
+- a check failing on every node at once is a finding about the check or the fabric, not that
+  many broken nodes: when every other node of a cluster of two or more is already drained by the
+  health check for the same check, the last one is not drained, and the log says why;
+- the bound: at most `max(1, floor(nodes x max_drained_percent / 100))` nodes drained by the
+  health check at once. At least one, so a one-node cluster's node with a failed GPU is drained
+  (floor alone is 0 for one to three nodes at 25 %); past it, one broken check (a driver update
+  that changes nvidia-smi's output, say) is likelier than that many broken nodes, and a check
+  must not empty the partition. It says so instead, naming the bound.
 Every transition (and every decision not to act) is one JSON line in the log.
 """
 
@@ -90,13 +94,26 @@ def _reason(failed: Sequence[CheckResult]) -> str:
     return " ".join(text.split())[:MAX_REASON]
 
 
+def _drained_for(reason: str) -> str | None:
+    """The check a gpuforge drain reason names (`gpuforge-health: [unknown evidence: ]<check>: ...`)."""
+    if not reason.startswith(REASON_PREFIX):
+        return None
+    rest = reason[len(REASON_PREFIX):].strip().removeprefix("unknown evidence:").strip()
+    return rest.split(":", 1)[0].strip() or None
+
+
+def allowed_drains(total: int, max_drained_percent: int) -> int:
+    """How many nodes the health check may hold drained at once: at least one, so any cluster,
+    one node included, can lose a broken node; otherwise the percentage, rounded down."""
+    return max(1, math.floor(total * max_drained_percent / 100)) if total else 0
+
+
 def decide(
     node: str,
     results: Sequence[CheckResult],
     status: dict[str, NodeStatus],
     *,
     max_drained_percent: int,
-    drain_on_unknown: bool = True,
 ) -> Decision:
     """Pure: what to do with `node` given its results and every node's Slurm state."""
     res = tuple(results)
@@ -104,27 +121,39 @@ def decide(
     unknown = [r for r in res if r.level is Level.UNKNOWN]
     me = status.get(node)
     ours = me is not None and me.drained and me.reason.startswith(REASON_PREFIX)
-    if not errors and unknown and not drain_on_unknown:
-        names = ", ".join(sorted({r.check for r in unknown}))
-        return Decision("held", f"not draining {node}: evidence unknown for {names} (--on-unknown hold)", res)
-    failing = errors or unknown
-    if not failing:
+    if not errors:
+        if unknown:
+            names = ", ".join(sorted({r.check for r in unknown}))
+            kept = f"; stays drained ({me.reason})" if me is not None and me.drained else ""
+            return Decision("held", f"not draining {node}: evidence unknown for {names}, and missing evidence "
+                                    f"never drains{kept}", res)  # fmt: skip
         if ours:
             return Decision("resume", f"every health check passes again (was: {me.reason})", res)  # type: ignore[union-attr]
         return Decision("none", "healthy", res)
-    reason = _reason(failing)
+    reason = _reason(errors)
     if me is not None and me.drained:
         # Already drained: by us (keep it so, one reason), or by someone else (never ours to change).
         return Decision("none", f"already drained ({me.reason})", res)
     total = len(status)
+    failing = {r.check for r in errors}
+    others = [s for n, s in status.items() if n != node]
+    same = [s.name for s in others if s.drained and _drained_for(s.reason) in failing]
+    if total >= 2 and others and len(same) == len(others):
+        checks = ", ".join(sorted(failing))
+        return Decision(
+            "held",
+            f"not draining {node} ({reason}): {checks} fails on every node of the cluster ({total}); that is a "
+            "finding about the check or the fabric, not a reason to drain them all",
+            res,
+        )
     already = sum(1 for s in status.values() if s.drained and s.reason.startswith(REASON_PREFIX))
-    allowed = math.floor(total * max_drained_percent / 100)
-    if total == 0 or already + 1 > allowed:
+    allowed = allowed_drains(total, max_drained_percent)
+    if already + 1 > allowed:
         return Decision(
             "held",
             f"not draining {node} ({reason}): {already} of {total} node(s) already drained by the health check and "
-            f"the bound is {max_drained_percent}% ({allowed} node(s)); a broken check is likelier than that many "
-            "broken nodes, look at the check",
+            f"the bound is {max_drained_percent}% (at least one: {allowed} node(s)); a broken check is likelier "
+            "than that many broken nodes, look at the check",
             res,
         )
     return Decision("drain", reason, res)

@@ -2,7 +2,8 @@
 
 Runs validate's tier-0 node checks on this node and drains it through scontrol with the failing
 check's reason, or resumes it when it passes again (rules: validate/health.py). Exit 0 healthy or
-resumed, 1 failing (drained, or a drain held back by the bound or by --on-unknown hold), 2 bad input.
+resumed, 1 failing (drained, or a drain held back: unknown evidence, the bound, a check failing on
+every node), 2 bad input.
 """
 
 from __future__ import annotations
@@ -81,9 +82,7 @@ def _checks(tokens: str | None) -> list[NodeCheck[Any]]:
               help="Checks or groups (default: every tier-0 check). Tier-1 ones run GPU work: "
                    "use them with HealthCheckNodeState=IDLE.")  # fmt: skip
 @click.option("--max-drained-percent", type=click.IntRange(1, 100), default=25, show_default=True,
-              help="Never drain past this share of the cluster drained by the health check.")  # fmt: skip
-@click.option("--on-unknown", type=click.Choice(["drain", "hold"]), default="drain", show_default=True,
-              help="Unknown evidence: drain saying 'unknown evidence', or hold (log only).")  # fmt: skip
+              help="Never drain past this share of the cluster drained by the health check (one node always may be).")  # fmt: skip
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("/var/log/gpuforge/health-check.log"), show_default=True,
               help="JSON line per transition.")  # fmt: skip
@@ -94,7 +93,6 @@ def command(
     inventory: Path | None,
     checks: str | None,
     max_drained_percent: int,
-    on_unknown: str,
     log_path: Path,
     dry_run: bool,
 ) -> None:
@@ -114,8 +112,7 @@ def command(
     except SlurmError as exc:
         log({"node": name, "action": "none", "reason": f"cannot read node states, changed nothing: {exc}"})
         raise SystemExit(1) from None
-    decision = decide(name, results, status, max_drained_percent=max_drained_percent,
-                      drain_on_unknown=on_unknown == "drain")  # fmt: skip
+    decision = decide(name, results, status, max_drained_percent=max_drained_percent)
     if dry_run:
         log({"node": name, "action": f"{decision.action} (dry run)", "reason": decision.reason})
     else:

@@ -215,7 +215,7 @@ class SlurmBed:
         # packages on PYTHONPATH instead (same 3.11 ABI as the venv here).
         repo = Path(__file__).resolve().parents[2]
         site = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
-        inv = self.root / "inventory.json"
+        inv = self.health_inventory
         script = self.root / "bin" / "health-check"
         script.write_text(
             "#!/bin/sh\n"
@@ -228,6 +228,11 @@ class SlurmBed:
             f"--max-drained-percent 50 --log {self.root}/log/health-check.jsonl\n"
         )
         script.chmod(0o755)
+
+    @property
+    def health_inventory(self) -> Path:
+        """What the health check expects of each node (its instance type): tests rewrite it."""
+        return self.root / "health-inventory.json"
 
     def enable_health_check(self, on: bool = True) -> None:
         flag = self.root / "bin" / "enabled"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuforge.common.results import CheckResult, Level
-from gpuforge.validate.health import REASON_PREFIX, decide
+from gpuforge.validate.health import REASON_PREFIX, allowed_drains, decide
 from gpuforge.validate.slurm import NodeStatus
 
 OK = [CheckResult("gpu.count", Level.PASS, ("n1",), 8, 8, "8 GPUs")]
@@ -25,11 +25,40 @@ def test_a_failing_node_is_drained_with_the_checks_own_reason() -> None:
     assert d.exit_code == 1
 
 
-def test_unknown_evidence_drains_only_saying_so_or_is_held() -> None:
+def test_missing_evidence_never_drains() -> None:
     d = decide("n1", UNKNOWN, _cluster(8), max_drained_percent=25)
-    assert d.action == "drain" and d.reason.startswith(f"{REASON_PREFIX} unknown evidence: gpu.inventory")
-    held = decide("n1", UNKNOWN, _cluster(8), max_drained_percent=25, drain_on_unknown=False)
-    assert held.action == "held" and "evidence unknown for gpu.inventory" in held.reason and held.exit_code == 1
+    assert d.action == "held" and "evidence unknown for gpu.inventory" in d.reason and d.exit_code == 1
+    assert "never drains" in d.reason
+    # not on a one-node cluster either, and unknown next to a pass does not drain
+    assert decide("n1", UNKNOWN + OK, _cluster(1), max_drained_percent=25).action == "held"
+    # a node we drained earlier stays drained while its evidence is unknown (not resumed)
+    ours = _cluster(4, {"n1": f"{REASON_PREFIX} gpu.count: 7 of 8 GPUs visible"})
+    d = decide("n1", UNKNOWN, ours, max_drained_percent=25)
+    assert d.action == "held" and "stays drained" in d.reason
+
+
+def test_a_one_node_clusters_node_with_a_failed_gpu_is_drained() -> None:
+    """cv-training ships one node: floor(1 x 25 / 100) was 0, so it could never be drained."""
+    d = decide("n1", BAD, _cluster(1), max_drained_percent=25)
+    assert d.action == "drain" and d.reason == f"{REASON_PREFIX} gpu.count: 7 of 8 GPUs visible"
+    # risk-sim ships two: one of them may be drained
+    assert decide("n1", BAD, _cluster(2), max_drained_percent=25).action == "drain"
+
+
+def test_a_check_failing_on_every_node_is_a_finding_not_a_mass_drain() -> None:
+    # two nodes, the other already drained for the same check: the check or the fabric is suspect
+    other = {"n2": f"{REASON_PREFIX} gpu.count: 7 of 8 GPUs visible"}
+    d = decide("n1", BAD, _cluster(2, other), max_drained_percent=100)
+    assert d.action == "held" and "gpu.count fails on every node of the cluster (2)" in d.reason
+    assert "finding about the check or the fabric" in d.reason
+    # the same with every one of eight nodes, even where the bound would allow it
+    seven = {f"n{i}": f"{REASON_PREFIX} gpu.count: x" for i in range(2, 9)}
+    assert decide("n1", BAD, _cluster(8, seven), max_drained_percent=100).action == "held"
+    # a different check on the other node is separate evidence: the bound decides
+    xid = {"n2": f"{REASON_PREFIX} gpu.xid: Xid 79 (fallen off the bus)"}
+    assert decide("n1", BAD, _cluster(2, xid), max_drained_percent=100).action == "drain"
+    # drains by others (an admin's reason) are no evidence about our check
+    assert decide("n1", BAD, _cluster(2, {"n2": "admin: bad DIMM"}), max_drained_percent=25).action == "drain"
 
 
 def test_the_bound_keeps_a_broken_check_from_draining_the_partition() -> None:
@@ -39,8 +68,10 @@ def test_the_bound_keeps_a_broken_check_from_draining_the_partition() -> None:
     # drains by others do not count against the bound
     d = decide("n1", BAD, _cluster(8, {"n2": "admin: bad DIMM", "n3": "admin: bad PSU"}), max_drained_percent=25)
     assert d.action == "drain"
-    # a one-node cluster can never have 25 % of it drained: the bound holds there too
-    assert decide("n1", BAD, _cluster(1), max_drained_percent=25).action == "held"
+    # at least one node may always be drained, never more than the bound: two of four at 25 %
+    one = {"n2": f"{REASON_PREFIX} gpu.xid: x"}
+    assert decide("n1", BAD, _cluster(4, one), max_drained_percent=25).action == "held"
+    assert [allowed_drains(n, 25) for n in (0, 1, 2, 3, 4, 8, 256)] == [0, 1, 1, 1, 1, 2, 64]
 
 
 def test_resumed_only_when_it_was_our_drain() -> None:

@@ -10,6 +10,7 @@ SOURCES.md); node2's "missing GPU" capture is the derived one (a GPU row deleted
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,17 +108,40 @@ def test_validate_through_slurm_reaches_the_ssh_verdicts(
     assert ev and any("node2" in e and "gpu.inventory" in e for e in ev)
 
 
-def test_health_check_drains_the_node_missing_its_gpu_and_resumes_it(bed: SlurmBed) -> None:
+def _health_inventory(bed: SlurmBed, node2_type: str) -> None:
+    """p5.4xlarge: one H100 80GB, as the replayed capture shows; node2 as `node2_type`."""
+    nodes = [{"name": h.name, "host": h.ip, "instance_type": node2_type if h.index == 2 else "p5.4xlarge"}
+             for h in bed.tb.hosts]  # fmt: skip
+    bed.health_inventory.write_text(json.dumps({**bed.tb.inventory(), "nodes": nodes}))
+
+
+def _log(bed: SlurmBed) -> list[dict[str, Any]]:
     log = bed.root / "log" / "health-check.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_health_check_holds_on_missing_evidence_drains_a_failed_node_and_resumes_it(bed: SlurmBed) -> None:
+    """slurmd's own periodic HealthCheckProgram on three nodes. node2's nvidia-smi replays no GPU
+    row: missing evidence, never a drain. Then node2's inventory says p5.48xlarge (8 GPUs) while
+    its nvidia-smi shows one: `gpu.count` fails, and with one node allowed (max(1, floor(3 x 50 %)))
+    it is drained with the check's reason, and resumed when the expectation holds again."""
+    _health_inventory(bed, "p5.4xlarge")
     bed.enable_health_check(True)
     try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not [e for e in _log(bed) if e["node"] == "node2" and e["action"] == "held"]:
+            time.sleep(1)
+        held = [e for e in _log(bed) if e["node"] == "node2" and e["action"] == "held"]
+        assert held and "never drains" in held[0]["reason"], _log(bed)
+        assert bed.states()["node2"][0] == "idle"  # missing evidence drained nothing
+        bed.set_scenario(2, HEALTHY)
+        _health_inventory(bed, "p5.48xlarge")
         states = bed.wait_for(
             "node2 drained by the health check",
             lambda s: s.get("node2", ("", ""))[0] in ("drained", "draining") and s["node2"][1].startswith("gpuforge-health:"),
             90,
         )
-        reason = states["node2"][1]
-        assert "unknown evidence: gpu.inventory" in reason, reason  # says that the evidence is unknown
+        assert states["node2"][1].startswith("gpuforge-health: gpu.count: 1 GPUs visible, expected 8"), states
         assert states["node1"][0] == states["node3"][0] == "idle"  # healthy nodes are left alone
         # validate through Slurm cannot reach a drained node: its own outcome, fast, not a GPU failure
         transport = SlurmTransport(SlurmClient(env=bed.env, immediate_s=5))
@@ -125,15 +149,14 @@ def test_health_check_drains_the_node_missing_its_gpu_and_resumes_it(bed: SlurmB
         # (Slurm 22.05 says "Requested nodes are busy" for a drained node under --immediate)
         assert res.outcome is Outcome.UNREACHABLE and "Unable to allocate resources" in res.detail, res.stderr
         assert res.duration_s < 30
-        bed.set_scenario(2, HEALTHY)
+        _health_inventory(bed, "p5.4xlarge")
         bed.wait_for("node2 resumed", lambda s: s.get("node2", ("", ""))[0] == "idle", 90)
     finally:
         bed.enable_health_check(False)
         bed.set_scenario(2, MISSING)
-    entries = [json.loads(line) for line in log.read_text().splitlines()]
-    actions = [(e["node"], e["action"]) for e in entries if e["action"] in ("drain", "resume")]
-    assert actions[:2] == [("node2", "drain"), ("node2", "resume")], entries
-    assert all(e["node"] == "node2" for e in entries if e["action"] in ("drain", "resume"))
+    actions = [(e["node"], e["action"]) for e in _log(bed) if e["action"] in ("drain", "resume")]
+    assert actions[:2] == [("node2", "drain"), ("node2", "resume")], _log(bed)
+    assert all(e["node"] == "node2" for e in _log(bed) if e["action"] in ("drain", "resume"))
 
 
 def test_nccl_pairs_through_one_srun_allocation_reach_the_ssh_verdict(
