@@ -82,7 +82,7 @@ def _checks(tokens: str | None) -> list[NodeCheck[Any]]:
               help="Checks or groups (default: every tier-0 check). Tier-1 ones run GPU work: "
                    "use them with HealthCheckNodeState=IDLE.")  # fmt: skip
 @click.option("--max-drained-percent", type=click.IntRange(1, 100), default=25, show_default=True,
-              help="Never drain past this share of the cluster drained by the health check (one node always may be).")  # fmt: skip
+              help="Never drain past this share of the cluster (one node always may be drained).")  # fmt: skip
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("/var/log/gpuforge/health-check.log"), show_default=True,
               help="JSON line per transition.")  # fmt: skip
