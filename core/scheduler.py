@@ -40,6 +40,25 @@ class SlurmSettings:
     hosts_parameter: str  # SSM String: "private-ip name" per line, head and GPU nodes, written at deploy time
 
 
+def gres_type(gpu: GpuModel) -> str:
+    """The gres Type of a GPU: its family in lowercase, a substring of NVML's device name
+    (gres.conf AutoDetect=nvml matches Type against it)."""
+    return gpu.family.lower()
+
+
+def gpu_gres(instance_type: str) -> str | None:
+    """`gpu:<type>:<count>`, the Gres= a node of this instance type has in slurm.conf (and what a
+    job asks for to get all its GPUs); None when the catalog does not know the type."""
+    from components.catalog import load_catalog
+
+    catalog = load_catalog()
+    try:
+        inst = catalog.instance(instance_type)
+    except KeyError:
+        return None
+    return f"gpu:{gres_type(catalog.gpu(inst))}:{inst.gpu_count}" if inst.gpu_count else None
+
+
 def slurm_settings(
     raw: Any, stack: str, profile: Profile, instance: InstanceType, gpu: GpuModel, node_names: tuple[str, ...]
 ) -> SlurmSettings | None:
@@ -73,7 +92,7 @@ def slurm_settings(
         node_names=node_names,
         cpus=instance.vcpus,
         real_memory_mb=int(instance.memory_gib * 1024 * REAL_MEMORY_FRACTION),
-        gpu_type=gpu.family.lower(),
+        gpu_type=gres_type(gpu),
         gpus_per_node=instance.gpu_count,
         partitions=slurm.partitions,
         health_check=slurm.health_check,

@@ -41,11 +41,33 @@ class SlurmClient:
     partition: str | None = None
     immediate_s: int = 10  # how long srun may wait for its allocation before the node counts as unavailable
     job_name: str = "gpuforge-validate"
+    # NodeName -> `gpu:<type>:<count>`, what each step asks for (gres_by_node). A node missing
+    # here is asked of Slurm itself (its configured Gres, sinfo %G).
+    gres: Mapping[str, str] = field(default_factory=dict)
+
+
+def gres_by_node(nodes: Sequence[Node]) -> dict[str, str]:
+    """Each node's GPUs as Slurm names them, from the catalog by the inventory's instance type:
+    under the rendered ConstrainDevices=yes a step that asks for no GPU is fenced off every GPU
+    (the bed saw 0 GPUs without --gres and 8 with it), so every check would judge no GPU."""
+    from components.scheduler import gpu_gres
+
+    found = {n.name: gpu_gres(n.instance_type) for n in nodes if n.instance_type}
+    return {name: spec for name, spec in found.items() if spec}
 
 
 def _run(argv: Sequence[str], settings: SlurmClient, deadline_s: float) -> tuple[int | None, str, str, float]:
     """A client command through the launcher, with the settings' environment and a local deadline."""
     return run_bounded([*settings.launcher, *argv], deadline_s, {**os.environ, **settings.env})
+
+
+_GRES_GPU = re.compile(r"(?:^|,)(gpu(?::[^:,(]+)?:\d+)")
+
+
+def _gpu_gres(sinfo_g: str) -> str | None:
+    """The GPU part of sinfo's %G (`gpu:a100:8(S:0-1)`, `gpu:8,nic:1`); None without GPUs."""
+    m = _GRES_GPU.search(sinfo_g.strip().splitlines()[0] if sinfo_g.strip() else "")
+    return m.group(1) if m else None
 
 
 class SlurmTransport:
@@ -59,10 +81,24 @@ class SlurmTransport:
         # node would wait behind the first and then fail --immediate.
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        self._gres: dict[str, str | None] = {}
 
     def _lock(self, node: str) -> threading.Lock:
         with self._locks_lock:
             return self._locks.setdefault(node, threading.Lock())
+
+    def gres(self, node: str) -> str | None:
+        """`gpu:<type>:<count>` of a node: the client's (catalog), else Slurm's configured Gres."""
+        if node in self.settings.gres:
+            return self.settings.gres[node]
+        with self._locks_lock:
+            if node in self._gres:
+                return self._gres[node]
+        rc, out, _, _ = _run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%G"], self.settings, 30)
+        spec = _gpu_gres(out) if rc == 0 else None
+        with self._locks_lock:
+            self._gres[node] = spec
+        return spec
 
     def srun_argv(self, nodes: Sequence[str], tasks_per_node: int = 1, mpi: str | None = None) -> list[str]:
         s = self.settings
@@ -76,6 +112,13 @@ class SlurmTransport:
             "--kill-on-bad-exit=1",
             "--quiet",
         ]
+        # Every GPU of every node: one request per node, so the nodes of one step must agree.
+        specs = {self.gres(n) for n in nodes}
+        if len(specs) == 1 and None not in specs:
+            argv.append(f"--gres={specs.pop()}")
+        elif None not in specs:
+            # different GPU shapes in one step: --gres counts per node, so the smaller count
+            argv.append(f"--gres=gpu:{min(int(str(x).rsplit(':', 1)[1]) for x in specs)}")
         if s.partition:
             argv.append(f"--partition={s.partition}")
         if mpi:

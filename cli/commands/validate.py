@@ -151,7 +151,7 @@ def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
                partition: str | None = None) -> Transport:
     if kind == "slurm":
         # srun/sinfo as this machine's Slurm clients find them (SLURM_CONF, the head node's /etc/slurm).
-        from gpuforge.validate.slurm import SlurmClient, SlurmTransport
+        from gpuforge.validate.slurm import SlurmClient, SlurmTransport, gres_by_node
 
         if shutil.which("srun") is None:
             # Checked before any node is touched: otherwise the first job's exec fails mid-run.
@@ -159,7 +159,9 @@ def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
                 "--transport slurm: srun is not on PATH",
                 "run on the Slurm head node or a login node (where srun works), or use --transport ssh",
             )
-        return SlurmTransport(SlurmClient(partition=partition))
+        # Each step asks for its node's GPUs (catalog by instance type, else Slurm's Gres=):
+        # under ConstrainDevices=yes a step without --gres sees none.
+        return SlurmTransport(SlurmClient(partition=partition, gres=gres_by_node(inv.nodes)))
     if kind == "local":
         if len(inv.nodes) != 1:
             raise InputError(
