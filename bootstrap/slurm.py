@@ -57,6 +57,9 @@ class SlurmLayout:
     health_check: SlurmHealthCheck
     switch_name: str
     cgroup: bool = True  # proctrack/task cgroup plugins (+ cgroup.conf); off only where no cgroup is delegated
+    # cgroup.conf CgroupPlugin: Ubuntu 24.04 boots the unified (v2) hierarchy; named, not autodetected,
+    # so the plugin set is what tests/slurm/test_slurm_plugins.py checks against the package's files
+    cgroup_plugin: str = "cgroup/v2"
     paths: SlurmPaths = field(default_factory=SlurmPaths)
     gpu_device_prefix: str = "/dev/nvidia"  # gres.conf File= (files mode); a test bed points it at stand-ins
     node_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr per node, where names do not resolve

@@ -16,7 +16,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 def slurm_raw(stack: str, **extra: str) -> dict[str, Any]:
     raw, _ = load_stack_config(PROJECT, stack)
-    return {**raw, "gpuforge:scheduler": "slurm", **{f"gpuforge:{k}": v for k, v in extra.items()}}
+    # Slurm stacks run Ubuntu 24.04 (components/scheduler.py SLURM_OS_REFUSED)
+    return {**raw, "gpuforge:scheduler": "slurm", "gpuforge:os": "ubuntu-24.04",
+            **{f"gpuforge:{k}": v for k, v in extra.items()}}
 
 
 def slurm_stack(stack: str, **extra: str) -> StackConfig:

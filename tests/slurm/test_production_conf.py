@@ -33,7 +33,7 @@ def _missing() -> str | None:
     return f"missing {', '.join(absent)} (scripts/setup.sh --with-test-hosts)" if absent else None
 
 
-@pytest.fixture(scope="module", params=["ubuntu-24.04", "ubuntu-22.04"])  # nvml and device-file gres.conf
+@pytest.fixture(scope="module", params=["nvml", "files"])  # the stacks' gres.conf, and the device-file one the bed runs
 def controller(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     why = _missing()
     if why:
@@ -42,10 +42,10 @@ def controller(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     root.chmod(0o700)  # munged refuses a world-writable socket directory
     for sub in ("etc", "state", "log", "run"):
         (root / sub).mkdir()
-    cfg = slurm_stack("cv-training", nodeCount="4", os=request.param)
+    cfg = slurm_stack("cv-training", nodeCount="4")
     assert cfg.slurm is not None
-    layout = layout_for(cfg.slurm, "nvml" if request.param == "ubuntu-24.04" else "files")
-    port = 30000 + os.getpid() % 20000 + (1 if request.param == "ubuntu-22.04" else 0)
+    layout = layout_for(cfg.slurm, request.param)
+    port = 30000 + os.getpid() % 20000 + (1 if request.param == "files" else 0)
     paths = dataclasses.replace(
         layout.paths, slurm_user="root", state_save=str(root / "state"), log_dir=str(root / "log"),
         run_dir=str(root / "run"), slurmctld_port=port, munge_socket=str(root / "munge.sock"),

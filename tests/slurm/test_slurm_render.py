@@ -20,8 +20,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 CASES = {
     # case -> (stack, os, nodeCount)
     "cv-training-24.04": ("cv-training", "ubuntu-24.04", "4"),
-    "cv-training-22.04": ("cv-training", "ubuntu-22.04", "4"),
-    "risk-sim-22.04": ("risk-sim", "ubuntu-22.04", "2"),
+    "risk-sim-24.04": ("risk-sim", "ubuntu-24.04", "2"),
 }
 
 
@@ -38,14 +37,13 @@ def test_slurm_files_match_golden(case: str, update_golden: bool) -> None:
     check_golden(GOLDEN / case, files, case, "tests/slurm", update_golden)
 
 
-def test_nvml_only_where_the_pinned_slurm_has_the_plugin() -> None:
+def test_nvml_where_the_pinned_slurm_has_the_plugin() -> None:
     assert "AutoDetect=nvml" in _files("cv-training-24.04")["etc/slurm/gres.conf"]
-    gres22 = _files("cv-training-22.04")["etc/slurm/gres.conf"]
-    assert "AutoDetect" not in gres22 and "File=/dev/nvidia[0-7]" in gres22
+    assert "CgroupPlugin=cgroup/v2" in _files("cv-training-24.04")["etc/slurm/cgroup.conf"].splitlines()
 
 
 def test_node_names_are_the_inventorys_and_the_placement_group_is_one_switch() -> None:
-    files = _files("cv-training-22.04")
+    files = _files("cv-training-24.04")
     conf = files["etc/slurm/slurm.conf"]
     assert "NodeName=cv-training-node[01-04] CPUs=96 RealMemory=1120665 Gres=gpu:a100:8" in conf
     assert "PartitionName=train Nodes=cv-training-node[01-04] Default=YES" in conf
@@ -116,7 +114,7 @@ def test_bootstrap_render_writes_the_head_nodes_user_data(tmp_path: Path, capsys
     (proj / "stacks").mkdir(parents=True)
     shutil.copy(PROJECT / "Pulumi.yaml", proj / "Pulumi.yaml")
     stack_file = (PROJECT / "stacks" / "Pulumi.cv-training.yaml").read_text()
-    slurm_stack_file = stack_file.replace("config:\n", "config:\n  gpuforge:scheduler: slurm\n", 1)
+    slurm_stack_file = stack_file.replace("config:\n", "config:\n  gpuforge:scheduler: slurm\n  gpuforge:os: ubuntu-24.04\n", 1)
     (proj / "stacks" / "Pulumi.cv-training.yaml").write_text(slurm_stack_file)
     out = tmp_path / "head"
     with pytest.raises(SystemExit) as ex:

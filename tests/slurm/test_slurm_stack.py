@@ -28,7 +28,7 @@ def _user_data(text_b64: str) -> str:
 
 
 def test_head_node_is_small_on_demand_outside_the_placement_group(record) -> None:
-    res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
     [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
     gpu = [r for r in _by(res, INSTANCE) if r.name != "vision-slurm-head"]
     assert len(gpu) == 2 and all(r.inputs.get("placementGroup") for r in gpu)
@@ -41,7 +41,7 @@ def test_head_node_is_small_on_demand_outside_the_placement_group(record) -> Non
 
 
 def test_munge_key_is_a_secret_parameter_and_never_in_user_data(record) -> None:
-    res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
     [munge] = [r for r in _by(res, PARAM) if r.inputs["name"].endswith("/munge-key")]
     assert munge.inputs["type"] == "SecureString"
     assert munge.inputs["value"].get(SECRET_SIG) == SECRET_VALUE  # the engine holds it as a secret
@@ -56,7 +56,7 @@ def test_munge_key_is_a_secret_parameter_and_never_in_user_data(record) -> None:
 
 
 def test_hosts_parameter_lists_head_and_nodes_in_the_clear(record) -> None:
-    res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
     [hosts] = [r for r in _by(res, PARAM) if r.inputs["name"].endswith("/hosts")]
     lines = hosts.inputs["insecureValue"].splitlines()  # a plain string: addresses are no secret
     assert [ln.split()[1] for ln in lines] == ["vision-slurm-head", "vision-slurm-node01", "vision-slurm-node02"]
@@ -64,7 +64,7 @@ def test_hosts_parameter_lists_head_and_nodes_in_the_clear(record) -> None:
 
 
 def test_the_node_role_reads_exactly_the_clusters_parameters(record) -> None:
-    res = record("vision-slurm", scheduler="slurm", nodeCount=2).run.resources
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
     [node] = [r for r in _by(res, "aws:iam/rolePolicy:RolePolicy") if r.name == "vision-slurm-node-slurm"]
     doc = json.loads(node.inputs["policy"])
     read, decrypt = doc["Statement"]
@@ -76,7 +76,7 @@ def test_the_node_role_reads_exactly_the_clusters_parameters(record) -> None:
 
 def test_cost_counts_the_head_node(record) -> None:
     plain = record().cost.to_dict()
-    slurm = record("vision-slurm", scheduler="slurm").cost.to_dict()
+    slurm = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04").cost.to_dict()
     items = {line["item"] for line in slurm["lines"]}
     assert {"Slurm head m6i.large", "storage Slurm head root gp3"} <= items
     # m6i.large on demand (catalog/platform_prices.yaml) + 50 GiB gp3 (catalog/storage_prices.yaml)
@@ -84,7 +84,7 @@ def test_cost_counts_the_head_node(record) -> None:
 
 
 def test_guardrails_apply_to_the_head_node(record) -> None:
-    res = record("vision-slurm", scheduler="slurm").run.resources
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04").run.resources
     assert check_graph(res) == []
 
     def head_only(change: Any) -> list[Any]:
