@@ -12,13 +12,13 @@ blackhole route, per-process names). On top of it:
 - per host, a copy of the replay shims with a `scenario` file, bind-mounted over /usr/local/bin:
   `set_scenario` flips what nvidia-smi replays for SSH sessions and Slurm tasks alike.
 
-What differs from a stack's rendering, and why (everything else is the stack's template):
-CPUs/RealMemory fit this machine; the GPUs' gres File= points at stand-ins (copies of /dev/null):
-slurmd drops a GPU gres without File= (src/interfaces/gres.c, _find_fileless_gres: "Removing
-file-less GPU", seen here with Count= alone), so "declared without devices" cannot register;
-proctrack/linuxproc and task/none (no cgroup delegated to a namespace host); daemons run as
-root with state, logs and pid files under the bed's directory; NodeAddr per node (no DNS).
-slurmd runs configless (--conf-server), as on a stack's GPU nodes.
+The stack's rendered files with its plugins: proctrack/cgroup, task/cgroup,task/affinity and a
+cgroup.conf with ConstrainCores/Devices/RAMSpace=yes; each host's slurmd gets its own subtree of
+this machine's cgroup v1 hierarchies, bind-mounted where slurmd looks (/sys/fs/cgroup/<name>).
+Everything this bed changes, and why, is listed in tests/SUBSTITUTIONS.md (rows "slurm bed"):
+cgroup/v1 (this kernel) for cgroup/v2, Debian's 22.05 for Ubuntu's 23.11, daemons started by
+hand instead of through their units, CPUs/RealMemory, GPU stand-ins (c 195:N, no driver), paths,
+ports, the health-check wrapper. slurmd runs configless (--conf-server), as on a stack's GPU nodes.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -39,6 +40,9 @@ from tests.validate.testbed import REPLAY_DIR, Testbed, missing_requirements
 FIXTURES = REPLAY_DIR.parent / "fixtures"
 DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "scontrol", "sinfo", "nsenter")
 CONTROLLER = "ctl"
+CGROUP_HIERARCHIES = (("freezer", "freezer"), ("cpuset", "cpuset"), ("memory", "memory"), ("devices", "devices"),
+                      ("systemd", "none,name=systemd"))  # fmt: skip
+GPU_MAJOR = 195  # NVIDIA's character major (/dev/nvidiaN): the stand-ins open with ENXIO, no driver here
 
 
 def slurm_missing() -> str | None:
@@ -104,7 +108,7 @@ class SlurmBed:
                 interval_s=self.interval_s, node_state="ANY", max_drained_percent=50
             ),
             switch_name="gfbed-pg",
-            cgroup=False,
+            cgroup_plugin="cgroup/v1",  # this machine's kernel mounts v1 hierarchies only
             paths=SlurmPaths(
                 slurm_user="root",
                 slurmctld_port=self.port,
@@ -133,8 +137,9 @@ class SlurmBed:
     def _up(self) -> None:
         for sub in ("etc", "state", "spool", "log", "run", "munge", "bin", "dev"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        for g in range(8):  # stand-ins for /dev/nvidiaN: slurmd drops a GPU gres without File=
-            _sh("cp", "-a", "/dev/null", str(self.root / "dev" / f"nvidia{g}"))
+        for g in range(8):  # stand-ins for /dev/nvidiaN (c 195:N): slurmd drops a GPU gres without File=,
+            # and ConstrainDevices fences each by its own device number
+            os.mknod(self.root / "dev" / f"nvidia{g}", 0o666 | stat.S_IFCHR, os.makedev(GPU_MAJOR, g))
         for h in self.tb.hosts:
             (self.root / "spool" / h.name).mkdir()
         for rel, text in render_slurm(self.layout()).items():
@@ -171,14 +176,21 @@ class SlurmBed:
     def _slurmd(self, i: int) -> None:
         h = self.tb.hosts[i - 1]
         assert h.sshd_pid is not None
-        # `ip netns exec` remounted /sys for the namespace, without the cgroup hierarchies that
-        # slurmd's cgroup plugin insists on finding at start (Slurm 22.05, even with linuxproc):
-        # mount the v1 ones it looks for again, inside this host's mount namespace only.
-        mounts = "mount -t tmpfs cgroup /sys/fs/cgroup && " + " && ".join(
-            f"mkdir -p /sys/fs/cgroup/{d} && mount -t cgroup -o {o} cgroup /sys/fs/cgroup/{d}"
-            for d, o in (("freezer", "freezer"), ("cpuset", "cpuset"), ("memory", "memory"), ("devices", "devices"),
-                         ("systemd", "none,name=systemd"))
-        )
+        # `ip netns exec` remounted /sys for the namespace, without the cgroup hierarchies. The
+        # rendered proctrack/cgroup and task/cgroup (ConstrainDevices=yes) need them: this host's
+        # kernel has the v1 ones (cgroup/v1 here, where stacks name cgroup/v2: SUBSTITUTIONS.md).
+        # Each host gets its own subtree of every hierarchy at the mount point slurmd looks at, so
+        # two slurmd of one job never share a job's cgroup.
+        tag = self._cgroup_tag(h.name)
+        steps = []
+        for d, o in CGROUP_HIERARCHIES:
+            steps += [f"mkdir -p /sys/fs/cgroup/{d}", f"mount -t cgroup -o {o} cgroup /sys/fs/cgroup/{d}",
+                      f"mkdir -p /sys/fs/cgroup/{d}/{tag}"]  # fmt: skip
+            if d == "cpuset":  # a new cpuset has no CPUs or memory nodes until given its parent's
+                steps += [f"cat /sys/fs/cgroup/{d}/cpuset.cpus >/sys/fs/cgroup/{d}/{tag}/cpuset.cpus",
+                          f"cat /sys/fs/cgroup/{d}/cpuset.mems >/sys/fs/cgroup/{d}/{tag}/cpuset.mems"]  # fmt: skip
+            steps.append(f"mount --bind /sys/fs/cgroup/{d}/{tag} /sys/fs/cgroup/{d}")
+        mounts = "mount -t tmpfs cgroup /sys/fs/cgroup && " + " && ".join(steps)
         _sh("nsenter", "-t", str(h.sshd_pid), "-m", "sh", "-c", f"mountpoint -q /sys/fs/cgroup || {{ {mounts}; }}")
         (h.dir / "pmix").mkdir(exist_ok=True)
         _sh("nsenter", "-t", str(h.sshd_pid), "-m", "mount", "--bind", str(h.dir / "pmix"), str(self.root / "pmix"))
@@ -193,6 +205,24 @@ class SlurmBed:
             env={"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})  # fmt: skip
         self.pids.append(int(_wait_file(self.root / "run" / f"slurmd-{h.name}.pid", f"slurmd {h.name}",
                                         self.root / "log" / f"slurmd-{h.name}.log")))  # fmt: skip
+
+    def _cgroup_tag(self, host: str) -> str:
+        return f"gfbed-{os.getpid()}-{host}"
+
+    def _remove_cgroups(self) -> None:
+        """This bed's subtrees of the machine's cgroup hierarchies, deepest first (bounded)."""
+        for d, _ in CGROUP_HIERARCHIES:
+            for h in self.tb.hosts:
+                top = Path("/sys/fs/cgroup") / d / self._cgroup_tag(h.name)
+                if not top.is_dir():
+                    continue
+                for sub in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
+                    for _ in range(20):
+                        try:
+                            sub.rmdir()
+                            break
+                        except OSError:
+                            time.sleep(0.1)
 
     def _replay(self, i: int, scenario: str) -> None:
         """This host's own copy of the replay shims, with its scenario, over /usr/local/bin."""
@@ -249,6 +279,7 @@ class SlurmBed:
             _kill(self.munged_pid)
             self.munged_pid = None
         self.tb.down()  # also kills whatever is left in the hosts' namespaces and removes the directory
+        self._remove_cgroups()
 
     # -- clients
 

@@ -69,6 +69,26 @@ def test_an_sbatch_job_runs_across_two_nodes(bed: SlurmBed) -> None:
     ), text
 
 
+# How many of the node's GPU device files a step may open: the stand-ins have no driver behind
+# them (ENXIO), a device the cgroup fences off fails with EPERM first.
+PROBE = ("python3 -c 'import errno, glob, os\n"
+         "def ok(p):\n try: os.close(os.open(p, os.O_RDONLY))\n except OSError as e: return e.errno != errno.EPERM\n return True\n"
+         "print(sum(ok(p) for p in glob.glob(\"{prefix}*\")))'")  # fmt: skip
+
+
+def test_constrain_devices_fences_the_gpus_and_validate_asks_for_them(bed: SlurmBed) -> None:
+    """The rendered cgroup.conf (ConstrainDevices=yes) on real slurmd with task/cgroup: a step
+    that asks for no GPU can open none of them; validate's own srun asks for every one."""
+    probe = PROBE.format(prefix=bed.layout().gpu_device_prefix)
+    bare = bed.client("srun", "--nodelist=node1", "--nodes=1", "--quiet", "sh", "-c", probe, timeout=60)
+    gres = bed.client("srun", "--nodelist=node1", "--nodes=1", "--quiet", "--gres=gpu:a100:8", "sh", "-c", probe,
+                      timeout=60)  # fmt: skip
+    assert (bare.stdout.strip(), gres.stdout.strip()) == ("0", "8"), (bare, gres)
+    transport = SlurmTransport(SlurmClient(env=bed.env))
+    res = transport.run(Node(name="node3", host="node3"), probe, 30)  # no instance type: Slurm's Gres= is asked
+    assert res.outcome is Outcome.OK and res.stdout.strip() == "8", res
+
+
 def _validate(bed: SlurmBed, tmp: Path, transport: str, capsys: pytest.CaptureFixture[str],
               monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:  # fmt: skip
     from gpuforge.cli import main
@@ -177,6 +197,10 @@ def test_nccl_pairs_through_one_srun_allocation_reach_the_ssh_verdict(
     inv.write_text(json.dumps({**bed.tb.inventory(expect={"efa_interfaces": 0}), "profile": "cv-training",
                                "nodes": nodes}))  # fmt: skip
     monkeypatch.setenv("SLURM_CONF", bed.env["SLURM_CONF"])
+    # Eight ranks a node on this 2-CPU machine (CPUs=8 by config_overrides): the rendered
+    # task/affinity cannot bind 8 tasks to 2 CPUs ("only 2 bits in avail_map for 8 tasks"), so
+    # these steps bind none (SUBSTITUTIONS.md). A p4de has 96 vCPUs for its 8 ranks.
+    monkeypatch.setenv("SLURM_CPU_BIND", "none")
     docs = {}
     try:
         for transport in ("ssh", "slurm"):
@@ -193,7 +217,7 @@ def test_nccl_pairs_through_one_srun_allocation_reach_the_ssh_verdict(
         return {(r["check"], r["level"], tuple(r["targets"]), json.dumps(r["observed"])) for r in doc["results"]
                 if r["check"].startswith("nccl")}  # fmt: skip
 
-    assert pair(docs["slurm"]) == pair(docs["ssh"])
+    assert pair(docs["slurm"]) == pair(docs["ssh"]), [r["message"] for r in docs["slurm"]["results"]]
     # not two equal unknowns: the capture was measured and judged (78.33 GB/s bus bandwidth)
     assert ("nccl.busbw.inter", "pass", ("node1<->node3",), "78.33") in pair(docs["slurm"])
     [ev] = (tmp_path / "slurm" / "evidence" / "nccl").rglob("*.txt")
