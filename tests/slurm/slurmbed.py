@@ -216,7 +216,8 @@ class SlurmBed:
                 top = Path("/sys/fs/cgroup") / d / self._cgroup_tag(h.name)
                 if not top.is_dir():
                     continue
-                for sub in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
+                subs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+                for sub in [*subs, top]:
                     for _ in range(20):
                         try:
                             sub.rmdir()

@@ -72,7 +72,8 @@ def test_an_sbatch_job_runs_across_two_nodes(bed: SlurmBed) -> None:
 # How many of the node's GPU device files a step may open: the stand-ins have no driver behind
 # them (ENXIO), a device the cgroup fences off fails with EPERM first.
 PROBE = ("python3 -c 'import errno, glob, os\n"
-         "def ok(p):\n try: os.close(os.open(p, os.O_RDONLY))\n except OSError as e: return e.errno != errno.EPERM\n return True\n"
+         "def ok(p):\n try: os.close(os.open(p, os.O_RDONLY))\n"
+         " except OSError as e: return e.errno != errno.EPERM\n return True\n"
          "print(sum(ok(p) for p in glob.glob(\"{prefix}*\")))'")  # fmt: skip
 
 
