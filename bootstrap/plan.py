@@ -78,7 +78,7 @@ class NodePlan:
     slurm: SlurmLayout | None = None
     slurm_version: SlurmForOs | None = None
     munge_parameter: str | None = None
-    hosts_parameter: str | None = None
+    hosts_parameters: tuple[str, ...] = ()
     slurm_daemon: str = "slurmd"  # slurmctld on the head node (bootstrap/slurm_head.py)
     ena_express: bool = False  # gpuforge:enaExpress: the base phase sets MTU 8900 on the primary interface
 
@@ -241,7 +241,7 @@ def plan_node(
         slurm=slurm,
         slurm_version=v.slurm.for_os(cfg.os) if slurm else None,
         munge_parameter=cfg.slurm.munge_parameter if cfg.slurm else None,
-        hosts_parameter=cfg.slurm.hosts_parameter if cfg.slurm else None,
+        hosts_parameters=cfg.slurm.hosts_parameters if cfg.slurm else (),
         ena_express=cfg.ena_express,
     )
 

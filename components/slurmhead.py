@@ -99,7 +99,7 @@ class SlurmHead(pulumi.ComponentResource):
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id
         arn = f"arn:aws:ssm:{cfg.region}:{{}}:parameter{{}}"
         param_arns = account.apply(
-            lambda acct: [arn.format(acct, slurm.munge_parameter), arn.format(acct, slurm.hosts_parameter)]
+            lambda acct: [arn.format(acct, p) for p in (slurm.munge_parameter, *slurm.hosts_parameters)]
         )
         policy = pulumi.Output.all(param_arns, key.arn).apply(lambda v: parameter_policy(v[0], v[1], cfg.region))
         aws.iam.RolePolicy(f"{name}-head-slurm", role=role.id, policy=policy, opts=child)
@@ -128,18 +128,20 @@ class SlurmHead(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[munge_param]),
         )
 
-        lines = [self.instance.private_ip.apply(lambda ip: f"{ip} {slurm.head_name}")]
-        lines += [n.instance.private_ip.apply(lambda ip, nm=n.name: f"{ip} {nm}") for n in args.nodes]  # type: ignore[misc]
-        aws.ssm.Parameter(
-            f"{name}-slurm-hosts",
-            name=slurm.hosts_parameter,
-            type="String",
-            # insecure_value: private IPs are no secret, and pulumi-aws makes every `value` one (the
-            # preview and state would show only [secret]).
-            insecure_value=pulumi.Output.all(*lines).apply("\n".join),
-            description="Slurm cluster names: private IP and node name per line (nodes write /etc/hosts from it)",
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[munge_param]),
-        )
+        ips = {slurm.head_name: self.instance.private_ip, **{n.name: n.instance.private_ip for n in args.nodes}}
+        for i, (param, names) in enumerate(zip(slurm.hosts_parameters, slurm.hosts_chunks, strict=True)):
+            lines = [ips[nm].apply(lambda ip, nm=nm: f"{ip} {nm}") for nm in names]  # type: ignore[misc]
+            aws.ssm.Parameter(
+                f"{name}-slurm-hosts" + (f"-{i}" if i else ""),
+                name=param,
+                type="String",
+                # insecure_value: private IPs are no secret, and pulumi-aws makes every `value` one (the
+                # preview and state would show only [secret]).
+                insecure_value=pulumi.Output.all(*lines).apply("\n".join),
+                description=f"Slurm cluster names, part {i + 1} of {len(slurm.hosts_parameters)}: private IP and node "
+                "name per line (nodes write /etc/hosts from them)",
+                tags=tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[munge_param]),
+            )
         self.private_ip = self.instance.private_ip
         self.register_outputs({"headPrivateIp": self.private_ip, "mungeKeyParameter": munge_param.name})

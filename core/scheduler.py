@@ -49,7 +49,41 @@ class SlurmSettings:
     health_check: SlurmHealthCheck
     switch_name: str  # topology.conf: the cluster placement group is one switch
     munge_parameter: str  # SSM SecureString with the munge key (base64), made at deploy time
-    hosts_parameter: str  # SSM String: "private-ip name" per line, head and GPU nodes, written at deploy time
+    # SSM Strings: "private-ip name" per line, head and GPU nodes, written at deploy time; as many
+    # as the names need at the standard tier's 4,096 characters (hosts_chunks), read in order
+    hosts_parameters: tuple[str, ...]
+    hosts_chunks: tuple[tuple[str, ...], ...]  # the names each of hosts_parameters lists
+
+
+# Parameter Store quotas (AWS General Reference, "AWS Systems Manager endpoints and quotas"):
+# a standard-tier parameter value is at most 4 KB; one line per node passed it at about 100-124
+# nodes (issue 19 finding 7). The names are known when the stack is declared, the addresses only
+# once the instances exist: chunks are cut by each line's longest form, so they hold whatever
+# addresses come.
+SSM_STANDARD_VALUE_MAX = 4096
+_LONGEST_ADDRESS = len("255.255.255.255")
+
+
+def hosts_line_max(name: str) -> int:
+    return _LONGEST_ADDRESS + 1 + len(name)
+
+
+def hosts_chunks(names: tuple[str, ...], limit: int = SSM_STANDARD_VALUE_MAX) -> tuple[tuple[str, ...], ...]:
+    """`names` in order, cut into runs whose "ip name" lines (joined by newlines) fit `limit`
+    characters whatever the private IPs turn out to be."""
+    chunks: list[tuple[str, ...]] = []
+    run: list[str] = []
+    size = 0
+    for name in names:
+        line = hosts_line_max(name)
+        if run and size + 1 + line > limit:
+            chunks.append(tuple(run))
+            run, size = [], 0
+        size += line + (1 if run else 0)
+        run.append(name)
+    if run:
+        chunks.append(tuple(run))
+    return tuple(chunks)
 
 
 def gres_type(gpu: GpuModel) -> str:
@@ -103,6 +137,7 @@ def slurm_settings(
             f"profile {profile.name} ({profile.bootstrap.recipe}) has no Slurm layout (scheduler.slurm)",
             "use a training profile (cv-training, risk-sim) or scheduler: none",
         )
+    chunks = hosts_chunks((f"{stack}-head", *node_names))
     return SlurmSettings(
         cluster_name=stack.lower(),
         head_name=f"{stack}-head",
@@ -116,5 +151,6 @@ def slurm_settings(
         health_check=slurm.health_check,
         switch_name=f"{stack}-pg",
         munge_parameter=f"/gpuforge/{stack}/slurm/munge-key",
-        hosts_parameter=f"/gpuforge/{stack}/slurm/hosts",
+        hosts_parameters=tuple(f"/gpuforge/{stack}/slurm/hosts/{i}" for i in range(len(chunks))),
+        hosts_chunks=chunks,
     )

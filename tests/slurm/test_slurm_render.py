@@ -140,3 +140,34 @@ def test_slurm_phase_reads_ssm_with_the_signer_checked_against_botocore(case: st
         assert "ssm_get " in r.files["opt/gpuforge/phases/slurm.sh"]
         scripts = {k: text for k, text in r.files.items() if k.startswith("opt/gpuforge/")}  # not the cloud-config
         assert [k for k, text in scripts.items() if "--aws-sigv4" in text or "ssm_get() {" in text] == ["opt/gpuforge/lib.sh"]
+
+
+def test_a_nodes_name_resolves_to_its_private_ip_not_127_0_1_1(tmp_path: Path) -> None:
+    """Finding 8: the base phase's `127.0.1.1 <name>` line stood ahead of the cluster's hosts block,
+    so the node's own name resolved to loopback (glibc takes the first match) and slurmd/srun would
+    hand 127.0.1.1 to their peers. The rendered lines run here as they are, with this node's name,
+    the hosts parameter's text and a root of our own as their only inputs; a second boot changes nothing."""
+    r = stack_user_data(slurm_stack("cv-training", nodeCount="2"), account_id="123456789012")
+    slurm_sh, base_sh = r.files["opt/gpuforge/phases/slurm.sh"], r.files["opt/gpuforge/phases/base.sh"]
+    end = 'removed 127.0.1.1 $me from /etc/hosts"\nfi\n'
+    hosts_part = slurm_sh[slurm_sh.index("block=$(printf"):slurm_sh.index(end) + len(end)]
+    base_part = next(ln for ln in base_sh.splitlines(keepends=True) if ln.startswith('grep -qE "^127'))
+    base_part += base_sh.split(base_part, 1)[1].split("\n", 1)[0] + "\n"
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+    prelude = (f"set -euo pipefail\nR={tmp_path}\nname=cv-training-node01\nchanged() {{ echo \"changed: $*\"; }}\n"
+               "hostname() { echo cv-training-node01; }\n"
+               "hosts=$(printf '10.0.0.5 cv-training-head\\n10.0.0.6 cv-training-node01\\n"
+               "10.0.0.7 cv-training-node02')\n")  # fmt: skip
+    boots = []
+    for _ in range(2):  # first boot, then a reboot: base phase, then the slurm phase's hosts block
+        run = subprocess.run(["bash", "-c", prelude + base_part + hosts_part], capture_output=True, text=True,
+                             timeout=30, check=False)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        boots.append(run.stdout.splitlines())
+    assert boots[0] == ["changed: added cv-training-node01 to /etc/hosts", "changed: wrote the cluster's names to /etc/hosts",
+                        "changed: removed 127.0.1.1 cv-training-node01 from /etc/hosts"]  # fmt: skip
+    assert boots[1] == []
+    lines = (tmp_path / "etc" / "hosts").read_text().splitlines()
+    mine = [ln.split()[0] for ln in lines if not ln.startswith("#") and "cv-training-node01" in ln.split()[1:]]
+    assert mine == ["10.0.0.6"]

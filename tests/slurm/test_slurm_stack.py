@@ -57,10 +57,36 @@ def test_munge_key_is_a_secret_parameter_and_never_in_user_data(record) -> None:
 
 def test_hosts_parameter_lists_head_and_nodes_in_the_clear(record) -> None:
     res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
-    [hosts] = [r for r in _by(res, PARAM) if r.inputs["name"].endswith("/hosts")]
+    [hosts] = [r for r in _by(res, PARAM) if "/hosts/" in r.inputs["name"]]
+    assert hosts.inputs["name"] == "/gpuforge/vision-slurm/slurm/hosts/0"
     lines = hosts.inputs["insecureValue"].splitlines()  # a plain string: addresses are no secret
     assert [ln.split()[1] for ln in lines] == ["vision-slurm-head", "vision-slurm-node01", "vision-slurm-node02"]
     assert hosts.inputs["type"] == "String"
+
+
+def test_hosts_parameters_hold_the_largest_cluster_config_allows(record) -> None:
+    """MAX_NODES GPU nodes and the head: one "ip name" line each no longer fits one standard-tier
+    parameter (4,096 characters, finding 7 of issue 19); every parameter must, whatever the
+    addresses, and together they list every node once, in order."""
+    from components.config import MAX_NODES
+    from components.scheduler import SSM_STANDARD_VALUE_MAX
+
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=MAX_NODES).run.resources
+    params = sorted((r for r in _by(res, PARAM) if "/hosts/" in r.inputs["name"]),
+                    key=lambda r: int(r.inputs["name"].rsplit("/", 1)[1]))  # fmt: skip
+    assert len(params) >= 2
+    names = [ln.split()[1] for r in params for ln in r.inputs["insecureValue"].splitlines()]
+    assert names == ["vision-slurm-head", *(f"vision-slurm-node{i:03d}" for i in range(1, MAX_NODES + 1))]
+    for r in params:
+        value = r.inputs["insecureValue"]
+        # the longest form of the same lines: every address 255.255.255.255
+        worst = "\n".join(f"255.255.255.255 {ln.split()[1]}" for ln in value.splitlines())
+        assert len(value) <= len(worst) <= SSM_STANDARD_VALUE_MAX, r.inputs["name"]
+    # the node role may read each of them, and nothing else of SSM
+    [node] = [r for r in _by(res, "aws:iam/rolePolicy:RolePolicy") if r.name == "vision-slurm-node-slurm"]
+    read = json.loads(node.inputs["policy"])["Statement"][0]["Resource"]
+    assert sorted(a.split(":parameter")[1] for a in read) == sorted(
+        [r.inputs["name"] for r in params] + ["/gpuforge/vision-slurm/slurm/munge-key"])
 
 
 def test_the_node_role_reads_exactly_the_clusters_parameters(record) -> None:
@@ -69,7 +95,7 @@ def test_the_node_role_reads_exactly_the_clusters_parameters(record) -> None:
     doc = json.loads(node.inputs["policy"])
     read, decrypt = doc["Statement"]
     assert read["Action"] == ["ssm:GetParameter"] and sorted(a.split(":parameter")[1] for a in read["Resource"]) == [
-        "/gpuforge/vision-slurm/slurm/hosts", "/gpuforge/vision-slurm/slurm/munge-key"]  # fmt: skip
+        "/gpuforge/vision-slurm/slurm/hosts/0", "/gpuforge/vision-slurm/slurm/munge-key"]  # fmt: skip
     assert decrypt["Action"] == ["kms:Decrypt"] and "*" not in decrypt["Resource"]
     assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "ssm.us-east-1.amazonaws.com"}}
 

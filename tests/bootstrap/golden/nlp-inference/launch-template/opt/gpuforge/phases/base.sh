@@ -18,7 +18,7 @@ if [ "$(cat "$R/etc/hostname" 2>/dev/null)" != "$name" ]; then
   hostnamectl set-hostname "$name"
   put "$R/etc/hostname" "$name"
 fi
-grep -qE "^127\.0\.1\.1[[:space:]]+$name\$" "$R/etc/hosts" 2>/dev/null || {
+grep -qE "^127\.0\.1\.1[[:space:]]+$name\$" "$R/etc/hosts" 2>/dev/null || grep -q '^# gpuforge slurm hosts (begin)' "$R/etc/hosts" 2>/dev/null || {
   printf '127.0.1.1 %s\n' "$name" >>"$R/etc/hosts"; changed "added $name to /etc/hosts"; }
 observe hostname "$name"
 
