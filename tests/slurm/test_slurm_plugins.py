@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from bootstrap.slurm_head import render_head_user_data
-from bootstrap.versions import load_versions
-from common.errors import ConfigError
+from gpuforge.bootstrap.slurm_head import render_head_user_data
+from gpuforge.bootstrap.versions import load_versions
+from gpuforge.common.errors import ConfigError
 from tests.slurm.conftest import slurm_stack
 
 

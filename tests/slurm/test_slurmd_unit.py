@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.render import SLURMD_DROPIN
-from bootstrap.slurm_head import render_head_user_data
-from components.userdata import stack_user_data
+from gpuforge.bootstrap.render import SLURMD_DROPIN
+from gpuforge.bootstrap.slurm_head import render_head_user_data
+from gpuforge.components.userdata import stack_user_data
 from tests.slurm.conftest import slurm_stack
 
 UNITS = Path(__file__).resolve().parent / "units"

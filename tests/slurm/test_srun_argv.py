@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from bootstrap.slurm_head import render_head_user_data
+from gpuforge.bootstrap.slurm_head import render_head_user_data
 from tests.slurm.conftest import slurm_stack
-from validate import slurm
-from validate.inventory import Node
-from validate.slurm import SlurmClient, SlurmTransport, gres_by_node
+from gpuforge.validate import slurm
+from gpuforge.validate.inventory import Node
+from gpuforge.validate.slurm import SlurmClient, SlurmTransport, gres_by_node
 
 
 @pytest.fixture
