@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import pytest
 
 from gpuforge.bootstrap.slurm_head import render_head_user_data
-from tests.slurm.conftest import slurm_stack
 from gpuforge.validate import slurm
 from gpuforge.validate.inventory import Node
 from gpuforge.validate.slurm import SlurmClient, SlurmTransport, gres_by_node
+from tests.slurm.conftest import slurm_stack
 
 
 @pytest.fixture
