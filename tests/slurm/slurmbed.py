@@ -243,8 +243,8 @@ class SlurmBed:
         PATH and SLURM_CONF itself. It acts only while the `enabled` flag file exists."""
         # The hosts' /root is the test bed's empty home (testbed.py), which hides an interpreter that
         # lives under /root (pyenv): run gpuforge with the system Python 3 and this environment's
-        # packages on PYTHONPATH instead (same 3.11 ABI as the venv here).
-        repo = Path(__file__).resolve().parents[2]
+        # packages instead (same 3.11 ABI as the venv here), as a site directory: its .pth files
+        # map the gpuforge.* names onto the repository's folders (the editable install).
         site = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
         inv = self.health_inventory
         script = self.root / "bin" / "health-check"
@@ -253,8 +253,8 @@ class SlurmBed:
             "export PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
             f"export SLURM_CONF={self.env['SLURM_CONF']}\n"
             f"[ -e {self.root}/bin/enabled ] || exit 0\n"
-            f"export PYTHONPATH={repo}:{site}\n"
-            "exec /usr/bin/python3 -c 'import sys; from gpuforge.cli import main; sys.argv[0] = \"gpuforge\"; main()' "
+            f"exec /usr/bin/python3 -c 'import site, sys; site.addsitedir(\"{site}\"); from gpuforge.cli import main; "
+            "sys.argv[0] = \"gpuforge\"; main()' "
             f"health-check --node \"$SLURMD_NODENAME\" --inventory {inv} --checks gpu "
             f"--max-drained-percent 50 --log {self.root}/log/health-check.jsonl\n"
         )
