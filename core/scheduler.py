@@ -95,7 +95,7 @@ def gres_type(gpu: GpuModel) -> str:
 def gpu_gres(instance_type: str) -> str | None:
     """`gpu:<type>:<count>`, the Gres= a node of this instance type has in slurm.conf (and what a
     job asks for to get all its GPUs); None when the catalog does not know the type."""
-    from gpuforge.spec.catalog import load_catalog
+    from gpuforge.core.catalog import load_catalog
 
     catalog = load_catalog()
     try:

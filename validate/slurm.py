@@ -50,7 +50,7 @@ def gres_by_node(nodes: Sequence[Node]) -> dict[str, str]:
     """Each node's GPUs as Slurm names them, from the catalog by the inventory's instance type:
     under the rendered ConstrainDevices=yes a step that asks for no GPU is fenced off every GPU
     (the bed saw 0 GPUs without --gres and 8 with it), so every check would judge no GPU."""
-    from gpuforge.spec.scheduler import gpu_gres
+    from gpuforge.core.scheduler import gpu_gres
 
     found = {n.name: gpu_gres(n.instance_type) for n in nodes if n.instance_type}
     return {name: spec for name, spec in found.items() if spec}

@@ -16,7 +16,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 def slurm_raw(stack: str, **extra: str) -> dict[str, Any]:
     raw, _ = load_stack_config(PROJECT, stack)
-    # Slurm stacks run Ubuntu 24.04 (spec/scheduler.py SLURM_OS_REFUSED)
+    # Slurm stacks run Ubuntu 24.04 (core/scheduler.py SLURM_OS_REFUSED)
     return {**raw, "gpuforge:scheduler": "slurm", "gpuforge:os": "ubuntu-24.04",
             **{f"gpuforge:{k}": v for k, v in extra.items()}}
 

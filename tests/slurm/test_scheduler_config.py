@@ -57,6 +57,6 @@ def test_refused_with_the_key_and_the_fix(stack: str, extra: dict[str, str], mat
 
 def test_every_training_profile_has_one_default_partition() -> None:
     for name in ("cv-training", "risk-sim"):
-        doc = yaml.safe_load(Path(PROJECT / "spec" / "profiles" / f"{name}.yaml").read_text())
+        doc = yaml.safe_load(Path(PROJECT / "core" / "profiles" / f"{name}.yaml").read_text())
         parts = doc["scheduler"]["slurm"]["partitions"]
         assert sum(bool(p.get("default")) for p in parts) == 1

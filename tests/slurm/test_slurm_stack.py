@@ -68,8 +68,8 @@ def test_hosts_parameters_hold_the_largest_cluster_config_allows(record) -> None
     """MAX_NODES GPU nodes and the head: one "ip name" line each no longer fits one standard-tier
     parameter (4,096 characters, finding 7 of issue 19); every parameter must, whatever the
     addresses, and together they list every node once, in order."""
-    from gpuforge.spec.config import MAX_NODES
-    from gpuforge.spec.scheduler import SSM_STANDARD_VALUE_MAX
+    from gpuforge.core.config import MAX_NODES
+    from gpuforge.core.scheduler import SSM_STANDARD_VALUE_MAX
 
     res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=MAX_NODES).run.resources
     params = sorted((r for r in _by(res, PARAM) if "/hosts/" in r.inputs["name"]),
