@@ -147,6 +147,16 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def cache_dir(t: Target, version: str) -> Path:
+    """Where this machine keeps a target's wheel set between runs (the deploy, the tests, the
+    rehearsal): pip downloads each locked wheel once, later runs install offline from here."""
+    base = Path(
+        os.environ.get("GPUFORGE_NODE_WHEELS")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuforge" / "node-wheels"
+    )
+    return base / version / t.arch / t.name
+
+
 def checkout_root() -> Path | None:
     """The source checkout this package runs from (editable install), or None (a wheel install)."""
     root = Path(__file__).resolve().parent.parent

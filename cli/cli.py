@@ -36,6 +36,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# The extras (pyproject.toml [project.optional-dependencies]) by the top-level modules they install.
+# The base install (nodes, health check, validate) has none of them; a command that reaches one
+# says which extra to install in one `error:` line instead of a traceback.
+EXTRA_OF_MODULE = {
+    "pulumi": "deploy", "pulumi_aws": "deploy", "pulumi_kubernetes": "deploy", "pulumi_random": "deploy",
+    "pulumi_policy": "deploy", "jinja2": "deploy", "kubernetes_validate": "deploy", "jsonschema": "deploy",
+    "boto3": "aws", "botocore": "aws", "kubernetes": "kubernetes",
+}  # fmt: skip
+# Commands that are the deploy side as a whole: whatever extra module they miss, [deploy] brings it
+# (it includes aws and kubernetes), so the operator installs once, not module by module.
+DEPLOY_COMMANDS = frozenset({"preview", "bootstrap", "preflight", "stack"})
+
+
+class MissingExtraError(GpuforgeError):
+    """A command needs a module that only an extra installs (the base install lacks it)."""
+
+    def __init__(self, command: str | None, module: str) -> None:
+        extra = "deploy" if command in DEPLOY_COMMANDS else EXTRA_OF_MODULE[module]
+        what = f"gpuforge {command}" if command else "this command"
+        super().__init__(f"{what} needs the {extra} extra ({module} is not installed): pip install 'gpuforge[{extra}]'")
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The extra module `exc` is about, or None when it is not one (a real bug: let it show)."""
+    top = (exc.name or "").partition(".")[0]
+    return top if top in EXTRA_OF_MODULE else None
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name, (mod, _) in COMMANDS.items() if importlib.util.find_spec(mod) is not None]
@@ -44,7 +72,12 @@ class LazyGroup(click.Group):
         entry = COMMANDS.get(cmd_name)
         if entry is None or importlib.util.find_spec(entry[0]) is None:
             return None
-        command: click.Command = importlib.import_module(entry[0]).command
+        try:
+            command: click.Command = importlib.import_module(entry[0]).command
+        except ModuleNotFoundError as exc:
+            if (module := missing_extra(exc)) is None:
+                raise
+            raise MissingExtraError(cmd_name, module) from exc
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -97,9 +130,17 @@ def main(argv: list[str] | None = None) -> Any:
         # Ctrl-C: whatever was half-done has been cleaned up by the command's own handlers.
         click.echo("\nerror: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except ModuleNotFoundError as exc:  # a command reached for an extra at run time (lazy imports)
+        if (module := missing_extra(exc)) is None:
+            raise
+        _fail(MissingExtraError(_command_of(args), module).render(), EXIT_BAD_INPUT, debug)
     except OSError as exc:  # unreadable file, full disk: a clear line, not a traceback
         _fail(humanise_os_error(exc), EXIT_BAD_INPUT, debug)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _command_of(args: list[str]) -> str | None:
+    return next((a for a in args if a in COMMANDS), None)
 
 
 def _fail(text: str, code: int, debug: bool) -> None:

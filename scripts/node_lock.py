@@ -28,10 +28,11 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 import tomllib
-from gpuforge.bootstrap.nodelock import LOCK_DIR, TARGETS, Entry, Target, render_entries, sha256_file, wheelhouse
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from gpuforge.bootstrap.nodelock import LOCK_DIR, TARGETS, Entry, Target, render_entries, sha256_file, wheelhouse
 
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = os.environ.get("GPUFORGE_LOCK_INDEX", "https://pypi.org/simple")

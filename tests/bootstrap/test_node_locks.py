@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from gpuforge.bootstrap.nodelock import OS_TARGET, TARGETS, Entry, Target, parse_lock
 from packaging.requirements import Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from gpuforge.bootstrap.nodelock import OS_TARGET, TARGETS, Entry, Target, parse_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 # Dependencies with compiled code: the ones a wrong tag would break on the node (issue 18 names them).
