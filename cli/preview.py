@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.common.errors import GpuforgeError
+from gpuforge.conformance import require_conformance
 from gpuforge.core.config import PROJECT, StackConfig, parse_stack_config
 from gpuforge.core.cost import CostEstimate, estimate
-from gpuforge.pulumi_conformance import require_conformance
 from gpuforge.stackfile import SECRET_PLACEHOLDER, load_stack_config, stack_file
 
 DISCLAIMER = (
@@ -65,7 +65,7 @@ def run_preview(project_dir: Path, stack: str, policies: bool = False) -> Previe
     """Validate the stack's config (exit 2 on bad input), then run the program offline.
 
     First what the Pulumi CLI itself refuses before it starts the program (required keys,
-    declared types, secrets; cli/pulumi_conformance.py), then core/config.py.
+    declared types, secrets; cli/conformance/), then core/config.py.
     """
     raw, secrets = load_stack_config(project_dir, stack)  # our own, friendlier YAML errors first
     require_conformance(project_dir, stack, stack_file(project_dir, stack))

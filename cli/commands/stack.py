@@ -18,11 +18,11 @@ from gpuforge.commands.options import complete_profiles, complete_teams, project
 from gpuforge.common.errors import GpuforgeError, InputError
 from gpuforge.common.results import atomic_write
 from gpuforge.common.table import Column, Rows, emit, format_option
+from gpuforge.conformance import require_conformance
 from gpuforge.core.catalog import did_you_mean, load_catalog
 from gpuforge.core.config import parse_stack_config
 from gpuforge.core.profiles import load_profile, profile_names
 from gpuforge.core.teams import TEAMS_DIR, Team, load_team
-from gpuforge.pulumi_conformance import require_conformance
 from gpuforge.stackfile import load_stack_config
 
 TEMPLATE = "team-stack.yaml.j2"

@@ -1,6 +1,6 @@
 """Pulumi.yaml and every stack file against the Pulumi CLI's own project and stack-config rules.
 
-The rules are ported in cli/pulumi_conformance.py from pulumi/pulumi at commit
+The rules are ported in cli/conformance/ from pulumi/pulumi at commit
 1b5949891b3cefcb9974752b24a5ecef0acc86c8 (pkg/workspace/config.go mergeConfig /
 validateStackConfigValue, sdk/go/common/workspace/project.go Validate / ValidateConfigValue and
 the schema project.json). The first group of tests replays the CLI's own unit tests
@@ -22,7 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import pytest
 import yaml
 
-from gpuforge import pulumi_conformance as pc
+from gpuforge import conformance as pc
 from gpuforge.cli import main
 from gpuforge.common.errors import ConfigError
 from gpuforge.core.config import RawStackConfig, parse_stack_config
