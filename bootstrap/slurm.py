@@ -20,6 +20,9 @@ from gpuforge.core.profiles import SlurmHealthCheck, SlurmPartition
 from gpuforge.core.scheduler import SlurmSettings
 
 CONF_DIR = "/etc/slurm"
+# slurmdbd.conf without its StoragePass line: the head's accounting phase writes /etc/slurm/slurmdbd.conf
+# (0600, SlurmUser) from this file and the password it reads from SSM, so the password is never in user data.
+SLURMDBD_TEMPLATE = "slurmdbd.conf.in"
 HEALTH_CHECK_PROGRAM = "/opt/gpuforge/bin/gpuforge-health-check"
 HEALTH_DRAIN_PREFIX = "gpuforge-health:"  # the reason prefix the health check drains with, and resumes only
 
@@ -40,6 +43,45 @@ class SlurmPaths:
     run_dir: str = "/run"
     munge_socket: str | None = None  # None: munged's default socket
     health_check_program: str = HEALTH_CHECK_PROGRAM
+    conf_dir: str = CONF_DIR  # where slurm.conf and slurmdbd.conf live (the accounting script reads them)
+
+
+@dataclass(frozen=True)
+class SlurmAccount:
+    """A team's Slurm account: GrpTRES=gres/gpu=<gpu_quota> binds every job charged to it."""
+
+    name: str
+    gpu_quota: int
+    organization: str  # the team's cost centre (sacctmgr Organization)
+
+
+@dataclass(frozen=True)
+class SlurmUser:
+    """A team member: the same UID on the head and every node; `gpu_limit` is the user's own
+    GrpTRES=gres/gpu under the team's account (None: only the team's quota binds)."""
+
+    name: str
+    uid: int
+    account: str
+    gpu_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class SlurmAccounting:
+    """slurmdbd on the head node, storing into MariaDB on the head (`embedded`) or into an
+    existing MySQL-compatible endpoint. The password is never rendered: the head's accounting
+    phase appends `StoragePass=` from SSM to slurmdbd.conf at boot."""
+
+    embedded: bool = True
+    dbd_port: int = 6819  # DbdPort (slurmdbd.conf) = AccountingStoragePort (slurm.conf)
+    storage_host: str = "127.0.0.1"  # MariaDB listens on loopback only (90-gpuforge.cnf bind-address)
+    storage_port: int = 3306
+    storage_user: str = "slurm"
+    storage_loc: str = "slurm_acct_db"
+    accounts: tuple[SlurmAccount, ...] = ()
+    users: tuple[SlurmUser, ...] = ()
+    mysql_admin: str = "mysql"  # the embedded server's admin client (root over the unix socket)
+    mysql_datadir: str = "/var/lib/mysql"  # on the head's encrypted root volume
 
 
 @dataclass(frozen=True)
@@ -65,6 +107,7 @@ class SlurmLayout:
     node_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr per node, where names do not resolve
     slurmd_parameters: str | None = None  # SlurmdParameters (the test bed: config_overrides)
     pyxis: bool = False  # plugstack.conf includes the nodes' plugstack.conf.d (pyxis.conf, bootstrap pyxis phase)
+    accounting: SlurmAccounting | None = None  # None: no slurmdbd (accounting_storage/none)
 
     @property
     def nodeset(self) -> str:
@@ -108,10 +151,38 @@ def render_slurm(layout: SlurmLayout, files: Sequence[str] | None = None) -> dic
         raise ValueError("a Slurm layout needs at least one node")
     names = ["slurm.conf", "gres.conf", "topology.conf"] + (["cgroup.conf"] if layout.cgroup else [])
     names += ["plugstack.conf"] if layout.pyxis else []
+    names += [SLURMDBD_TEMPLATE] if layout.accounting else []
     env = _env()
-    ctx = {"l": layout, "p": layout.paths, "nodeset": layout.nodeset}
+    ctx = {"l": layout, "p": layout.paths, "a": layout.accounting, "nodeset": layout.nodeset}
     return {
         f"{CONF_DIR.lstrip('/')}/{name}": env.get_template(f"{name}.j2").render(ctx)
         for name in names
         if files is None or name in files
     }
+
+
+def render_accounting(layout: SlurmLayout) -> dict[str, str]:
+    """The head's accounting files besides slurmdbd.conf.in: the MariaDB drop-in (embedded only)
+    and the script that makes the database user and registers cluster, accounts and users."""
+    a = layout.accounting
+    if a is None:
+        return {}
+    env = _env()
+    ctx = {"l": layout, "p": layout.paths, "a": a}
+    files = {ACCOUNTING_SCRIPT: env.get_template("gpuforge-slurm-accounting.j2").render(ctx)}
+    if a.embedded:
+        files[MARIADB_DROPIN] = env.get_template("90-gpuforge.cnf.j2").render(ctx)
+    return files
+
+
+def render_users(layout: SlurmLayout) -> dict[str, str]:
+    """The script that makes the teams' users with their UIDs, on the head and on every node."""
+    a = layout.accounting
+    if a is None or not a.users:
+        return {}
+    return {USERS_SCRIPT: _env().get_template("gpuforge-slurm-users.j2").render(a=a)}
+
+
+ACCOUNTING_SCRIPT = "opt/gpuforge/bin/gpuforge-slurm-accounting"
+USERS_SCRIPT = "opt/gpuforge/bin/gpuforge-slurm-users"
+MARIADB_DROPIN = "etc/mysql/mariadb.conf.d/90-gpuforge.cnf"
