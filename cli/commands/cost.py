@@ -7,31 +7,67 @@ from pathlib import Path
 
 import click
 
+from gpuforge.common.errors import InputError
 from gpuforge.commands.options import complete_stacks, project_dir_option
-from gpuforge.common.table import Column, Rows, format_option, print_table, terminal_width
+from gpuforge.common.table import FORMATS, Column, Rows, SuggestingChoice, default_format, print_table, terminal_width
 from gpuforge.core.config import parse_stack_config
 from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
 from gpuforge.stackfile import load_stack_config, stack_name
 
 
 @click.command("cost")
-@click.option("--stack", "-s", "stacks", multiple=True, required=True, shell_complete=complete_stacks,
-              help="Stack name (or its file's path); repeat for several.")
-@format_option
+@click.option("--stack", "-s", "stacks", multiple=True, shell_complete=complete_stacks,
+              help="Stack name (or its file's path); repeat for several. With --jobs: the Slurm stack whose node price "
+                   "applies.")
+@click.option("--jobs", is_flag=True,
+              help="What each Slurm job cost since --since, per job, user and team, from the cluster's accounting (sacct).")
+@click.option("--since", default=None, metavar="DATE", help="With --jobs: jobs that ran since DATE (YYYY-MM-DD[THH:MM[:SS]]).")
+@click.option("--pricing", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --jobs and no --stack: the node price file (default: /etc/gpuforge/slurm-pricing.json "
+                   "on the head node).")
+@click.option("--head", default=None, metavar="HOST",
+              help="With --jobs: run sacct on this head node over SSH (a name in --inventory, or an address); default: here.")
+@click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --head: the inventory whose ssh settings (user, key, known_hosts, jump host) reach the head.")
+@click.option("--slurm-conf", default=None, metavar="PATH", help="With --jobs: SLURM_CONF for sacct (default: Slurm's own).")
+@click.option("--format", "fmt", type=SuggestingChoice((*FORMATS, "csv")), default=None,
+              help="table (default on a terminal), plain (default when piped), json, or csv (--jobs only).",
+              callback=lambda _c, _p, value: value or default_format())
 @project_dir_option
-def command(stacks: tuple[str, ...], fmt: str, project_dir: Path) -> None:
-    """Cost of one or more stacks: on-demand, spot, 1- and 3-year commitments.
+def command(stacks: tuple[str, ...], jobs: bool, since: str | None, pricing: Path | None, head: str | None,
+            inventory: Path | None, slurm_conf: str | None, fmt: str, project_dir: Path) -> None:  # fmt: skip
+    """Cost of one or more stacks: on-demand, spot, 1- and 3-year commitments; or, with --jobs,
+    what each Slurm job cost.
 
     Compute and storage, per node and in total, per hour and per 30 days, and per GPU-hour;
     then a hybrid deployment over the stacks given (training on spot, inference on a 1-year
     commitment) with its saving against all on-demand. The option each stack is configured to
     buy (gpuforge:purchaseOption) is marked.
 
+    With --jobs: every job that ran since --since, with its user, team (Slurm account), GPU type
+    and count, elapsed time, GPU-hours and cost, and totals per user and team. A job pays
+    max(CPU, memory, GPU fraction of its nodes) x nodes x elapsed hours x the node price at the
+    stack's purchase option (exclusive jobs pay whole nodes). Exits 1 when accounting cannot
+    be read; no jobs is said as such, never as $0.
+
     \b
     Examples:
       gpuforge cost --stack cv-training
       gpuforge cost -s cv-training -s nlp-inference -s risk-sim --format json | jq .hybrid
+      gpuforge cost --jobs --since 2026-12-01 --stack cv-training --head cv-training-head --inventory inv.json
+      gpuforge cost --jobs --since 2026-12-01 --format csv     # on the head node
     """
+    if jobs:
+        _jobs(stacks, since, pricing, head, inventory, slurm_conf, fmt, project_dir)
+        return
+    for flag, value in (("--since", since), ("--pricing", pricing), ("--head", head), ("--inventory", inventory),
+                        ("--slurm-conf", slurm_conf)):  # fmt: skip
+        if value is not None:
+            raise InputError(f"{flag} is for --jobs", f"add --jobs, or drop {flag}")
+    if fmt == "csv":
+        raise InputError("--format csv is for --jobs", "use table, plain or json")
+    if not stacks:
+        raise InputError("--stack is required", "name a stack: gpuforge cost --stack cv-training")
     project_dir = project_dir.resolve()
     costs = []
     used: dict[str, str] = {}
@@ -149,3 +185,29 @@ def _print_table(costs: list[StackCost], mix: Hybrid, used: dict[str, str]) -> N
 
 def _money(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _jobs(stacks: tuple[str, ...], since: str | None, pricing: Path | None, head: str | None, inventory: Path | None,
+          slurm_conf: str | None, fmt: str, project_dir: Path) -> None:  # fmt: skip
+    from gpuforge.core.jobcost import pricing_for
+    from gpuforge.commands import cost_jobs
+
+    if since is None:
+        raise InputError("--jobs needs --since DATE", "e.g. --since 2026-12-01")
+    cost_jobs.check_since(since)
+    if len(stacks) > 1:
+        raise InputError("--jobs prices one Slurm cluster: give one --stack", "repeat the command per stack")
+    if stacks and pricing is not None:
+        raise InputError("--stack and --pricing both give the node price", "pass one of them")
+    if stacks:
+        project_dir = project_dir.resolve()
+        name = stack_name(project_dir, stacks[0])
+        raw, _ = load_stack_config(project_dir, name)
+        cfg = parse_stack_config(raw, name)
+        if cfg.slurm is None:
+            raise InputError(f"--stack: {cfg.stack} runs no Slurm (gpuforge:scheduler is not slurm)",
+                             "name a Slurm stack")  # fmt: skip
+        node_price = pricing_for(cfg)
+    else:
+        node_price = cost_jobs.load_pricing(pricing)
+    cost_jobs.run(since, node_price, head, inventory, slurm_conf, fmt)
