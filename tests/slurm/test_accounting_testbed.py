@@ -1,0 +1,182 @@
+"""Slurm accounting on real daemons (tests/slurm/acctbed.py): Debian 12's slurmctld, slurmd and
+slurmdbd 22.05.8 with MariaDB 10.11, configured by gpuforge's rendered slurm.conf, slurmdbd.conf.in,
+90-gpuforge.cnf and accounting scripts, brought up in the head's order.
+
+Two teams with one user each run jobs; sacct shows them with gres/gpu; `gpuforge cost --jobs`
+prices them by the share rule against sacct's own elapsed seconds; a job over its team's GPU quota
+pends with AssocGrpGRES; with slurmdbd stopped a job still runs, `cost --jobs` refuses (exit 1),
+and once slurmdbd is back sacct and `cost --jobs` show the job. Needs root; every wait is bounded.
+
+GPUFORGE_SACCT_CAPTURE=DIR keeps the sacct output each step read (how tests/cost/fixtures/sacct
+was captured).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.jobcost import NodePricing, sacct_args
+from tests.slurm.acctbed import USERS, AcctBed, acct_missing
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+ANA, BO = USERS[0].name, USERS[1].name
+PRICE = 32.0  # USD per bed node-hour: a round number, so the arithmetic below is easy to follow
+SINCE = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400))
+
+
+@pytest.fixture(scope="module")
+def bed() -> Iterator[AcctBed]:
+    why = acct_missing()
+    if why:
+        pytest.skip(why)
+    b = AcctBed(2)
+    b.up()
+    try:
+        b.wait_for("two idle nodes", lambda s: len(s) == 2 and all(v[0] == "idle" for v in s.values()), 60)
+        lay = b.layout()
+        pricing = NodePricing(stack="gfbed", instance_type="bed-node", region="here", purchase_option="on_demand",
+                              usd_per_node_hour=PRICE, cpus=lay.cpus, memory_mb=lay.real_memory_mb,
+                              gpus=lay.gpus_per_node, gpu_type=lay.gpu_type, source="test bed")  # fmt: skip
+        (b.root / "pricing.json").write_text(pricing.to_json())
+        yield b
+    finally:
+        b.down()
+
+
+def _capture(bed: AcctBed, name: str) -> str:
+    """sacct as `cost --jobs` runs it; kept under GPUFORGE_SACCT_CAPTURE when set."""
+    res = bed.client(*sacct_args(SINCE), check=False)
+    where = os.environ.get("GPUFORGE_SACCT_CAPTURE")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        (Path(where) / f"{name}.txt").write_text(res.stdout)
+        (Path(where) / f"{name}.stderr").write_text(f"rc={res.returncode}\n{res.stderr}")
+    return res.stdout
+
+
+def _cost(bed: AcctBed, capsys: pytest.CaptureFixture[str], fmt: str = "json") -> tuple[int, str, str]:
+    from gpuforge.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ex:
+        main(["cost", "--jobs", "--since", SINCE, "--pricing", str(bed.root / "pricing.json"),
+              "--slurm-conf", bed.env["SLURM_CONF"], "--format", fmt])  # fmt: skip
+    out = capsys.readouterr()
+    return int(ex.value.code or 0), out.out, out.err
+
+
+def _sbatch(bed: AcctBed, user: str, *args: str, wait: bool = True) -> str:
+    res = bed.as_user(user, "sbatch", "--parsable", *(["--wait"] if wait else []), f"--output={bed.root}/out/%j.out",
+                      *args, timeout=90)  # fmt: skip
+    return res.stdout.strip().split(";")[0]
+
+
+def _sacct_job(bed: AcctBed, job: str) -> str:
+    return bed.client("sacct", "-X", "-n", "-P", "-j", job, "--format=JobID,User,Account,State,AllocTRES", check=False).stdout
+
+
+def test_accounting_is_up_from_the_rendered_files(bed: AcctBed) -> None:
+    conf = (bed.root / "etc" / "slurmdbd.conf")
+    assert conf.stat().st_mode & 0o777 == 0o600
+    assert not any(ln.startswith("StoragePass") for ln in (bed.root / "etc" / "slurmdbd.conf.in").read_text().splitlines())
+    versions = [bed.client(d, "-V").stdout.split()[1] for d in ("slurmdbd", "slurmctld")]
+    dbd, ctld = (tuple(int(x) for x in v.split(".")) for v in versions)
+    assert dbd >= ctld, versions
+    assoc = bed.client("sacctmgr", "-n", "-P", "show", "association", "format=account,user,grptres").stdout
+    assert {"gfacct-vision||gres/gpu=16", "gfacct-search||gres/gpu=8", f"gfacct-vision|{ANA}|gres/gpu=12",
+            f"gfacct-search|{BO}|"} <= set(assoc.splitlines()), assoc  # fmt: skip
+    # the bootstrap re-runs its phases: a second registration changes nothing
+    assert bed.accounting("register") == "" and bed.accounting("cluster") == ""
+    assert "registered cluster gfbed" in bed.registered
+
+
+def test_empty_accounting_is_said_as_such_never_as_zero(bed: AcctBed, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _capture(bed, "01-empty").splitlines()[1:] == []
+    rc, out, _ = _cost(bed, capsys)
+    doc = json.loads(out)
+    assert rc == 0 and doc["empty"] is True and doc["jobs"] == [] and doc["totals"] is None
+    rc, out, _ = _cost(bed, capsys, "plain")
+    assert rc == 0 and "no jobs ran since" in out and "0.00" not in out
+
+
+def test_jobs_of_two_teams_are_accounted_and_priced(bed: AcctBed, capsys: pytest.CaptureFixture[str]) -> None:
+    # ana (vision): part of a node: 2 of 8 GPUs, 2 of 8 CPUs, 100 of 500 MB -> a quarter of a node
+    part = _sbatch(bed, ANA, "-p", "shared", "--gres=gpu:a100:2", "-c", "2", "--mem=100M", "--wrap", "sleep 3")
+    # bo (search): the exclusive partition: every CPU of one node, so a whole node
+    whole = _sbatch(bed, BO, "-p", "train", "-N1", "--gres=gpu:a100:8", "--wrap", "sleep 2")
+    bed.wait_until("both jobs in sacct as COMPLETED",
+                   lambda: all("COMPLETED" in _sacct_job(bed, j) for j in (part, whole)), 60)  # fmt: skip
+    assert "gres/gpu=2" in _sacct_job(bed, part) and "gres/gpu:a100=2" in _sacct_job(bed, part)
+    assert "gres/gpu=8" in _sacct_job(bed, whole)
+    raw = _capture(bed, "02-two-teams")
+    elapsed = {line.split("|")[0]: int(line.split("|")[9]) for line in raw.splitlines()[1:]}
+
+    rc, out, _ = _cost(bed, capsys)
+    assert rc == 0, out
+    doc: dict[str, Any] = json.loads(out)
+    jobs = {j["job_id"]: j for j in doc["jobs"]}
+    a, b = jobs[part], jobs[whole]
+    assert (a["user"], a["team"], a["gpu_type"], a["gpus"]) == (ANA, "gfacct-vision", "a100", 2)
+    assert (b["user"], b["team"], b["gpus"], b["cpus"]) == (BO, "gfacct-search", 8, 8)
+    assert a["node_share"] == pytest.approx(0.25) and b["node_share"] == pytest.approx(1.0)
+    assert a["elapsed_s"] == elapsed[part] >= 3
+    assert a["gpu_hours"] == pytest.approx(2 * elapsed[part] / 3600, abs=1e-6)
+    assert a["usd"] == pytest.approx(0.25 * elapsed[part] / 3600 * PRICE, abs=1e-6)
+    assert b["usd"] == pytest.approx(1.0 * elapsed[whole] / 3600 * PRICE, abs=1e-6)
+    teams = {t["team"]: t for t in doc["totals"]["teams"]}
+    assert teams["gfacct-vision"]["usd"] == pytest.approx(a["usd"], abs=1e-6)
+    assert teams["gfacct-search"]["gpu_hours"] == pytest.approx(8 * elapsed[whole] / 3600, abs=1e-6)
+    rc, out, _ = _cost(bed, capsys, "csv")
+    assert rc == 0 and out.splitlines()[0].startswith("record,job_id") and f"job,{part}," in out
+
+
+def test_a_job_over_its_teams_gpu_quota_pends_with_assoc_grp_gres(bed: AcctBed,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    # search's quota is 8 GPUs; two whole nodes are 16
+    job = _sbatch(bed, BO, "-p", "train", "-N2", "--gres=gpu:a100:8", "--wrap", "sleep 1", wait=False)
+    try:
+        def state() -> str | None:  # "PENDING None" until the scheduler has looked at it
+            got = bed.client("squeue", "-h", "-j", job, "-o", "%T %r").stdout.strip()
+            return None if got in ("", "PENDING None") else got
+
+        reason = bed.wait_until("the scheduler to judge the over-quota job", state, 30)
+        assert reason == "PENDING AssocGrpGRES"
+        time.sleep(3)  # a scheduling pass later it still waits
+        assert bed.client("squeue", "-h", "-j", job, "-o", "%T %r").stdout.strip() == "PENDING AssocGrpGRES"
+        _capture(bed, "03-pending-over-quota")
+        rc, out, _ = _cost(bed, capsys, "plain")
+        assert rc == 0 and f"pending: job {job} (wrap) of {BO} in gfacct-search waits for 16 GPU(s): AssocGrpGRES" in out
+    finally:
+        bed.client("scancel", job, check=False)
+
+
+def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
+    bed: AcctBed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bed.stop_slurmdbd()
+    try:
+        rc, out, err = _cost(bed, capsys)
+        assert rc == 1 and out == "" and err.startswith("error: cannot read Slurm accounting"), err
+        _capture(bed, "04-slurmdbd-down")
+        job = _sbatch(bed, ANA, "-p", "shared", "--gres=gpu:a100:1", "-c", "1", "--mem=50M", "--wrap", "sleep 2")
+        assert bed.client("scontrol", "show", "job", job).stdout.count("JobState=COMPLETED") == 1
+    finally:
+        bed.start_slurmdbd()
+    # slurmctld sends what it buffered once slurmdbd is back; `sacct -j` may show the job a few
+    # seconds before a time-window query does (seen on this bed), so wait on the query cost --jobs makes.
+    bed.wait_until(f"job {job} in sacct's time window after slurmdbd is back",
+                   lambda: any(ln.startswith(f"{job}|") and "|COMPLETED|" in ln
+                               for ln in bed.client(*sacct_args(SINCE), check=False).stdout.splitlines()), 90)  # fmt: skip
+    _capture(bed, "05-after-outage")
+    rc, out, _ = _cost(bed, capsys)
+    assert rc == 0
+    [j] = [j for j in json.loads(out)["jobs"] if j["job_id"] == job]
+    assert j["user"] == ANA and j["gpus"] == 1 and j["usd"] == pytest.approx(
+        max(1 / 8, 50 / 500, 1 / 8) * j["elapsed_s"] / 3600 * PRICE, abs=1e-6)
