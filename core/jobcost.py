@@ -273,6 +273,6 @@ def pricing_for(cfg: Any) -> NodePricing:
         stack=cfg.stack, instance_type=cfg.instance.name, region=cfg.region, purchase_option=option,
         usd_per_node_hour=price, cpus=cfg.slurm.cpus, memory_mb=cfg.slurm.real_memory_mb,
         gpus=cfg.slurm.gpus_per_node, gpu_type=cfg.slurm.gpu_type,
-        source=f"gpuforge cost arithmetic (spec/costplan.py): catalog snapshot {taken}, "
+        source=f"gpuforge cost arithmetic (core/costplan.py): catalog snapshot {taken}, "
         f"{OPTION_LABELS.get(option, option)} compute + EBS storage per node-hour",
     )  # fmt: skip

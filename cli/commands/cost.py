@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from gpuforge.common.errors import InputError
 from gpuforge.commands.options import complete_stacks, project_dir_option
+from gpuforge.common.errors import InputError
 from gpuforge.common.table import FORMATS, Column, Rows, SuggestingChoice, default_format, print_table, terminal_width
 from gpuforge.core.config import parse_stack_config
 from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
@@ -189,8 +189,8 @@ def _money(value: float | None, digits: int = 2) -> str:
 
 def _jobs(stacks: tuple[str, ...], since: str | None, pricing: Path | None, head: str | None, inventory: Path | None,
           slurm_conf: str | None, fmt: str, project_dir: Path) -> None:  # fmt: skip
-    from gpuforge.core.jobcost import pricing_for
     from gpuforge.commands import cost_jobs
+    from gpuforge.core.jobcost import pricing_for
 
     if since is None:
         raise InputError("--jobs needs --since DATE", "e.g. --since 2026-12-01")

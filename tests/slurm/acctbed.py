@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bootstrap.slurm import (
+from gpuforge.bootstrap.slurm import (
     ACCOUNTING_SCRIPT,
     USERS_SCRIPT,
     SlurmAccount,
@@ -40,7 +40,7 @@ from bootstrap.slurm import (
     render_accounting,
     render_users,
 )
-from components.profiles import SlurmPartition
+from gpuforge.core.profiles import SlurmPartition
 from tests.slurm.slurmbed import CONTROLLER, SlurmBed, _kill, _sh, _wait_file, slurm_missing
 
 ACCT_DAEMONS = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db", "mysql", "runuser")

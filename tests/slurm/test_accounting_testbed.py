@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from components.jobcost import NodePricing, sacct_args
+from gpuforge.core.jobcost import NodePricing, sacct_args
 from tests.slurm.acctbed import USERS, AcctBed, acct_missing
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
