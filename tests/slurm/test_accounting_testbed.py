@@ -142,14 +142,19 @@ def test_a_job_over_its_teams_gpu_quota_pends_with_assoc_grp_gres(bed: AcctBed,
     # search's quota is 8 GPUs; two whole nodes are 16
     job = _sbatch(bed, BO, "-p", "train", "-N2", "--gres=gpu:a100:8", "--wrap", "sleep 1", wait=False)
     try:
-        def state() -> str | None:  # "PENDING None" until the scheduler has looked at it
-            got = bed.client("squeue", "-h", "-j", job, "-o", "%T %r").stdout.strip()
-            return None if got in ("", "PENDING None") else got
+        seen: list[str] = []
 
-        reason = bed.wait_until("the scheduler to judge the over-quota job", state, 30)
-        assert reason == "PENDING AssocGrpGRES"
+        def over_quota() -> bool:  # "PENDING None" until the scheduler has looked at it
+            seen.append(bed.client("squeue", "-h", "-j", job, "-o", "%T %r").stdout.strip())
+            return seen[-1] == "PENDING AssocGrpGRES"
+
+        try:
+            bed.wait_until(f"job {job} to pend with AssocGrpGRES", over_quota, 30)
+        except AssertionError as exc:
+            raise AssertionError(f"squeue said {seen[-5:]}; {exc}") from None
         time.sleep(3)  # a scheduling pass later it still waits
         assert bed.client("squeue", "-h", "-j", job, "-o", "%T %r").stdout.strip() == "PENDING AssocGrpGRES"
+        assert set(seen) <= {"PENDING None", "PENDING AssocGrpGRES"}, seen  # never ran, never another reason
         _capture(bed, "03-pending-over-quota")
         rc, out, _ = _cost(bed, capsys, "plain")
         assert rc == 0 and f"pending: job {job} (wrap) of {BO} in gfacct-search waits for 16 GPU(s): AssocGrpGRES" in out
