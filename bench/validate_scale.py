@@ -23,8 +23,9 @@ from gpuforge.validate.inventory import Inventory
 from gpuforge.validate.network.iperf import IperfSettings
 from gpuforge.validate.network.ping import PingSettings
 from gpuforge.validate.runner import Runner, RunOptions, RunResult
+from gpuforge.validate.ssh import SshTransport
 from gpuforge.validate.system import system_checks
-from gpuforge.validate.transport import Job, SshTransport, Timeouts, run_many
+from gpuforge.validate.transport import Job, Timeouts, run_many
 from tests.validate.testbed import Testbed, missing_requirements
 
 RATE_MBIT = 50  # 16 bidirectional pairs x 2 x 50 Mbit = 1.6 Gbit/s: well inside what 2 cores push

@@ -21,7 +21,8 @@ from gpuforge.validate.inventory import Inventory
 from gpuforge.validate.network.iperf import IperfSettings
 from gpuforge.validate.network.ping import PingSettings
 from gpuforge.validate.runner import Runner, RunOptions
-from gpuforge.validate.transport import Job, SshTransport, Timeouts, run_many
+from gpuforge.validate.ssh import SshTransport
+from gpuforge.validate.transport import Job, Timeouts, run_many
 from tests.validate.testbed import Testbed, missing_requirements
 
 

@@ -23,8 +23,9 @@ from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Inventory, Node, load_inventory
 from gpuforge.validate.network.iperf import IperfSettings
 from gpuforge.validate.runner import Runner, RunOptions, RunResult
+from gpuforge.validate.ssh import SshTransport
 from gpuforge.validate.system import system_checks
-from gpuforge.validate.transport import LocalTransport, SshTransport, Timeouts, Transport
+from gpuforge.validate.transport import LocalTransport, Timeouts, Transport
 
 NETWORK = "network"
 
@@ -148,7 +149,7 @@ class _RichProgress:
 
 
 def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
-               partition: str | None = None) -> Transport:
+               partition: str | None = None, workers: int = 32) -> Transport:
     if kind == "slurm":
         # srun/sinfo as this machine's Slurm clients find them (SLURM_CONF, the head node's /etc/slurm).
         from gpuforge.validate.slurm import SlurmClient, SlurmTransport, gres_by_node
@@ -169,7 +170,8 @@ def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
                 "list exactly the node you are on, or use --transport ssh",
             )
         return LocalTransport()
-    return SshTransport(inv.ssh, timeouts, accept_new=accept_new)
+    # one live connection per node in flight: the pool never holds more than --workers
+    return SshTransport(inv.ssh, timeouts, accept_new=accept_new, max_connections=workers)
 
 
 def _check_writable_dir(flag: str, page: Path) -> None:
@@ -311,7 +313,8 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 @click.option("--iperf-seconds", type=click.FloatRange(1, 60), default=5.0, show_default=True)
 @click.option("--connect-timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
               help="Bound for each of TCP connect, banner, auth and channel open.")  # fmt: skip
-@click.option("--workers", type=click.IntRange(1, 512), default=32, show_default=True, help="Concurrent SSH sessions.")
+@click.option("--workers", type=click.IntRange(1, 512), default=32, show_default=True,
+              help="Nodes validated at once; at most this many live SSH connections (fewer under a low ulimit -n).")
 @click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -371,7 +374,7 @@ def command(
     expect = _expectations(inv, baseline)
     t = connect_timeout
     try:
-        transport = _transport(transport_kind, inv, accept_new_host_keys, Timeouts(t, t, t, t), slurm_partition)
+        transport = _transport(transport_kind, inv, accept_new_host_keys, Timeouts(t, t, t, t), slurm_partition, workers)
     except InputError as exc:
         if ssh_key is None:
             raise

@@ -21,7 +21,8 @@ from gpuforge.validate.checks import Expectations
 from gpuforge.validate.inventory import Inventory, Node, SshConfig
 from gpuforge.validate.registry import node_checks
 from gpuforge.validate.runner import Runner, RunOptions
-from gpuforge.validate.transport import Job, LocalTransport, Outcome, SshTransport, Timeouts, run_many
+from gpuforge.validate.ssh import SshTransport
+from gpuforge.validate.transport import Job, LocalTransport, Outcome, Timeouts, run_many
 from tests.validate.testbed import Testbed, missing_requirements
 
 BOUND = Timeouts(connect=2, banner=2, auth=2, channel=2)

@@ -23,8 +23,9 @@ from gpuforge.validate.inventory import Inventory
 from gpuforge.validate.network.iperf import IperfSettings
 from gpuforge.validate.network.ping import PingSettings
 from gpuforge.validate.runner import Runner, RunOptions, RunResult
+from gpuforge.validate.ssh import SshTransport
 from gpuforge.validate.system import system_checks
-from gpuforge.validate.transport import Outcome, SshTransport, Timeouts
+from gpuforge.validate.transport import Outcome, Timeouts
 from tests.validate.testbed import Testbed, missing_requirements
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
