@@ -32,7 +32,6 @@ from pathlib import Path
 
 from gpuforge.validate.system import IdentityCheck
 from gpuforge.validate.transport import wrap
-
 from tests.validate.loopbed import LoopBed, missing_requirements
 
 FANOUT = 32

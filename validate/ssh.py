@@ -9,16 +9,15 @@ the process's open-file limit (RLIMIT_NOFILE) leaves room for, and lowered again
 limit is hit anyway (EMFILE): the node waits for a connection to close and tries again, so a
 descriptor limit below the pool queues work and never fails it.
 
-A node's checks run in one session (batch.py frames them); each check's result is handed back
-as soon as its end mark arrives. Stock OpenSSH allows 10 sessions per connection (MaxSessions,
-servconf.h DEFAULT_SESSIONS_MAX in openssh/openssh-portable 0ef0f5a839831c213f24e3f2ae434765c607fb50):
+A node's checks run in one session (batch.py frames them, sshsession.py reads it); each check's
+result is handed back as soon as its end mark arrives. Stock OpenSSH allows 10 sessions per
+connection (MaxSessions, servconf.h DEFAULT_SESSIONS_MAX in openssh/openssh-portable 0ef0f5a839831c213f24e3f2ae434765c607fb50):
 concurrent `run` calls on one node share its connection, at most `max_sessions` at once, and a
 session the node still refuses ("no more sessions" in sshd's log) is retried within the
 channel bound rather than reported as an unreachable node.
 
-A check's time limit is enforced on the node (`timeout`, batch.py). The controller's read loop
-only backs that up, in its own time (validate/lag.py): a node whose command gives no verdict
-within its bound + kill grace + slack of the controller's attention is reported as such.
+A check's time limit is enforced on the node (`timeout`, batch.py); sshsession.py's read loop
+only backs it up, in the controller's own time (validate/lag.py).
 """
 
 from __future__ import annotations
@@ -37,14 +36,13 @@ from dataclasses import dataclass, field
 import paramiko
 
 from gpuforge.common.errors import InputError
-from gpuforge.validate import batch, lag
+from gpuforge.validate import lag
 from gpuforge.validate.batch import OnResult
 from gpuforge.validate.inventory import Node, SshConfig
 from gpuforge.validate.sshconnect import STALL_RETRIES, Connector, OutOfDescriptors
 from gpuforge.validate.sshkeys import KnownHosts, agent_key_blobs, load_key
+from gpuforge.validate.sshsession import report, session
 from gpuforge.validate.transport import (
-    KILL_AFTER_S,
-    LOCAL_SLACK_S,
     OPENSSH_MAX_SESSIONS,
     SLOT_WAIT_S,
     CommandResult,
@@ -54,7 +52,6 @@ from gpuforge.validate.transport import (
 )
 
 FDS_PER_CONNECTION = 2  # its socket, and an ssh-agent socket while it authenticates
-READ_S = 0.25  # how long one read waits before the loop looks at its bounds again
 
 
 def fd_capacity(wanted: int) -> int:
@@ -290,111 +287,15 @@ class SshTransport:
             if isinstance(got, CommandResult):
                 took, why = got.duration_s, got.detail
                 failed = [CommandResult(node.name, j.command, got.outcome, None, "", "", took, why, "connect") for j in jobs]
-                return _report(jobs, failed, on_result)
+                return report(jobs, failed, on_result)
             if not got.slots.acquire(timeout=SLOT_WAIT_S):
                 why = f"no free session on the connection within {SLOT_WAIT_S:g} s ({self.max_sessions} in use)"
                 cut = [CommandResult(node.name, j.command, Outcome.TIMEOUT, None, "", "", 0.0, why, "channel") for j in jobs]
-                return _report(jobs, cut, on_result)
+                return report(jobs, cut, on_result)
             try:
-                return self._session(node, got, jobs, on_result)
+                return session(got.tr, node, jobs, on_result, self.timeouts.channel, self.max_sessions)
             finally:
                 got.slots.release()
-
-    def _open_session(self, node: Node, conn: _Conn) -> paramiko.Channel | str:
-        """A session channel, or why there is none. sshd may still count a session we just closed,
-        or run with MaxSessions below ours: a refused session is retried for as long as a channel
-        may take. A wait that ran out while this controller was stalled is tried again."""
-        clock, start = lag.monitor(), time.monotonic()
-        while True:
-            if not conn.alive():
-                return "connection closed by the node"
-            try:
-                return conn.tr.open_session(timeout=self.timeouts.channel)
-            except paramiko.SSHException as exc:
-                # a refusal is a ChannelException, or, when concurrent opens on one transport
-                # race for paramiko's single saved exception, a bare "Unable to open channel."
-                refused = isinstance(exc, paramiko.ChannelException) or "Unable to open channel" in str(exc)
-                timed_out = "Timeout" in str(exc)
-                if not refused and not timed_out:
-                    return f"channel: {exc}"
-                if clock.own_time(start) >= (3 if refused else 1) * self.timeouts.channel:
-                    if refused:
-                        return f"channel: sshd refused a session ({exc}); its MaxSessions is below {self.max_sessions}?"
-                    return f"channel: {exc}"
-                time.sleep(0.1)
-
-    def _session(self, node: Node, conn: _Conn, jobs: Sequence[Job], on_result: OnResult | None) -> list[CommandResult]:
-        start = time.monotonic()
-        chan = self._open_session(node, conn)
-        if isinstance(chan, str):
-            outcome = Outcome.TIMEOUT if "Timeout" in chan else Outcome.UNREACHABLE
-            failed = [CommandResult(node.name, j.command, outcome, None, "", "", time.monotonic() - start, chan, "channel")
-                      for j in jobs]  # fmt: skip
-            return _report(jobs, failed, on_result)
-        try:
-            return self._stream(node, chan, jobs, on_result)
-        finally:
-            chan.close()
-
-    def _stream(self, node: Node, chan: paramiko.Channel, jobs: Sequence[Job], on_result: OnResult | None) -> list[CommandResult]:
-        mark = batch.nonce()
-        pairs = [(j.command, j.timeout_s) for j in jobs]
-        split = batch.Splitter(mark, len(jobs))
-        clock = lag.monitor()
-        results: list[CommandResult] = []
-        chan.settimeout(READ_S)
-        chan.exec_command(batch.remote_command(pairs, mark))
-        began = time.monotonic()  # when the command now running began (own time is measured from it)
-        out_eof = False
-        while len(results) < len(jobs):
-            done: list[batch.Done] = []
-            if not out_eof:
-                try:
-                    data = chan.recv(65536)
-                    out_eof = not data
-                    done += split.feed_stdout(data)
-                except TimeoutError:
-                    pass
-            while chan.recv_stderr_ready():
-                done += split.feed_stderr(chan.recv_stderr(65536))
-            if out_eof and not done:
-                try:  # stdout is over: what is left is on stderr, or the session ended early
-                    data = chan.recv_stderr(65536)
-                    done += split.feed_stderr(data)
-                    if not data:
-                        break
-                except TimeoutError:
-                    pass
-            for d in done:
-                now = time.monotonic()
-                res = batch.result(node.name, jobs[d.index].command, d, now - began)
-                results.append(res)
-                if on_result is not None:
-                    on_result(jobs[d.index], res)
-                began = now
-            if len(results) < len(jobs):
-                cur = jobs[len(results)]
-                if clock.own_time(began) > cur.timeout_s + KILL_AFTER_S + LOCAL_SLACK_S:
-                    return _report(jobs[len(results) :], self._hung(node, jobs[len(results) :], began, split), on_result,
-                                   results)  # fmt: skip
-        if len(results) < len(jobs):
-            why = "the session ended before its checks did (connection lost?)"
-            lost = [CommandResult(node.name, j.command, Outcome.UNREACHABLE, None, "", "", time.monotonic() - began, why,
-                                  "connection") for j in jobs[len(results) :]]  # fmt: skip
-            return _report(jobs[len(results) :], lost, on_result, results)
-        return results
-
-    def _hung(self, node: Node, left: Sequence[Job], began: float, split: batch.Splitter) -> list[CommandResult]:
-        """The node gave no verdict (no exit, not even `timeout`'s) within the bound, the kill grace
-        and the slack, in the controller's own time: the check ran past its bound (a process the
-        kill cannot end, an sshd that stopped answering). The rest of the batch did not run."""
-        out, err = (b.decode("utf-8", errors="replace") for b in split.partial())
-        took = time.monotonic() - began
-        first = CommandResult(node.name, left[0].command, Outcome.TIMEOUT, None, out, err, took,
-                              f"no verdict from the node within its bound + {KILL_AFTER_S + LOCAL_SLACK_S:g} s "
-                              f"({lag.monitor().own_time(began):.1f} s of the controller's own time)")  # fmt: skip
-        why = "not run: an earlier check on this node did not end"
-        return [first] + [CommandResult(node.name, j.command, Outcome.TIMEOUT, None, "", "", 0.0, why) for j in left[1:]]
 
     def close(self) -> None:
         with self._cv:
@@ -418,13 +319,3 @@ class _JumpFailed(Exception):
 
 def _failure(node: str, outcome: Outcome, detail: str, start: float) -> CommandResult:
     return CommandResult(node, "", outcome, None, "", "", time.monotonic() - start, detail, "connect")
-
-
-def _report(jobs: Sequence[Job], res: list[CommandResult], on_result: OnResult | None,
-            before: list[CommandResult] | None = None) -> list[CommandResult]:  # fmt: skip
-    """Hand results to on_result (those not handed yet) and return all of them in job order."""
-    if on_result is not None:
-        for job, r in zip(jobs, res, strict=True):
-            on_result(job, r)
-    return [*(before or []), *res]
-

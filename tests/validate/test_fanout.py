@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
+
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate import ssh as ssh_module
 from gpuforge.validate.checks import Expectations, NodeCheck
@@ -22,7 +23,6 @@ from gpuforge.validate.runner import Runner, RunOptions, RunResult
 from gpuforge.validate.ssh import SshTransport
 from gpuforge.validate.system import IdentityCheck, system_checks
 from gpuforge.validate.transport import Timeouts
-
 from tests.validate.loopbed import LoopBed, missing_requirements
 
 pytestmark = [pytest.mark.slow]
