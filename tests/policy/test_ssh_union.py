@@ -14,7 +14,7 @@ from pulumi_policy import PolicyResource, StackValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
 
 from gpuforge.offline.engine import Registered
-from gpuforge.policy.policies import _no_public_ssh_union
+from gpuforge.policy.stack_policies import _no_public_ssh_union
 from gpuforge.policycheck import Violation, _opts, check_graph
 
 SG = "aws:ec2/securityGroup:SecurityGroup"
