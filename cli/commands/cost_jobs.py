@@ -80,7 +80,7 @@ class SlurmRunner:
                 raise InputError("sacct is not on PATH here", "run it on the Slurm head node, or pass --head HOST")
             return
         from gpuforge.validate.inventory import Node, SshConfig, load_inventory
-        from gpuforge.validate.transport import SshTransport
+        from gpuforge.validate.ssh import SshTransport
 
         ssh, host = SshConfig(), head
         if inventory is not None:
