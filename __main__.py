@@ -5,20 +5,21 @@ Run by `pulumi up --stack <name>` (real engine) and by `gpuforge preview` (SDK m
 
 import pulumi
 
-from gpuforge.common.errors import ConfigError
+from gpuforge.common.errors import GpuforgeError
 from gpuforge.components.cluster import GpuCluster, GpuClusterArgs
+from gpuforge.components.deploygate import refuse_before_resources
 from gpuforge.core.config import parse_stack_config
-from gpuforge.program import engine_config, running_offline
+from gpuforge.program import engine_config, newest_ami_for, running_offline
 
+# Every refusal before the first resource (components/deploygate.py): a clean `error:` line
+# under the real CLI, and nothing created that the refusal would leave behind.
 try:
     config = parse_stack_config(engine_config(), pulumi.get_stack())
-except ConfigError as exc:  # a clean one-line failure under the real CLI, before any resource
+    refuse_before_resources(config, offline=running_offline(), region_ami=newest_ami_for(config))
+except GpuforgeError as exc:
     raise pulumi.RunError(exc.render()) from None
 
-try:
-    cluster = GpuCluster(config.stack, GpuClusterArgs(config=config, offline=running_offline()))
-except ConfigError as exc:  # a refusal that depends on the engine (components/ami.py)
-    raise pulumi.RunError(exc.render()) from None
+cluster = GpuCluster(config.stack, GpuClusterArgs(config=config, offline=running_offline()))
 
 pulumi.export("inventory", cluster.inventory)
 pulumi.export("placementGroup", cluster.placement_group_name)

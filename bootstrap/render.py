@@ -24,11 +24,12 @@ from gpuforge.bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, B
 from gpuforge.bootstrap.slurm import render_slurm
 from gpuforge.bootstrap.versions import Versions, load_versions
 from gpuforge.core.config import StackConfig
+from gpuforge.core.limits import limit
 from gpuforge.core.mirror import APT_ARCHIVE, Mirror
 
 __all__ = ["AGENT_CONFIG_FILE", "EC2_USER_DATA_LIMIT", "BootstrapError", "RenderedBootstrap", "render_user_data"]
 
-EC2_USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2 API limit)
+EC2_USER_DATA_LIMIT = limit("ec2_user_data_bytes").value  # bytes, before base64 (core/aws_limits.yaml)
 USER_DATA_FILE = "user-data.yaml"
 AGENT_CONFIG_FILE = "etc/gpuforge/cloudwatch-agent.json"  # what the cloudwatch-agent phase loads
 SLURMD_DROPIN = "etc/systemd/system/slurmd.service.d/gpuforge.conf"  # the configless node's unit drop-in

@@ -97,6 +97,14 @@ def run_preview(project_dir: Path, stack: str, policies: bool = False) -> Previe
             "gpuforge:amiId is not set: this preview used a stand-in AMI, and `pulumi up` refuses an unpinned one; "
             "pin the image `gpuforge preflight` finds (`pulumi config set gpuforge:amiId ami-...`)"
         )
+    from gpuforge.components.deploygate import preview_warnings
+    from gpuforge.core.kubernetes.settings import extended_support_warning
+
+    # What `pulumi up` refuses before the first resource, but the offline preview (which creates
+    # nothing) only reports: the graph above is still what the stack declares.
+    result.warnings += preview_warnings(cfg)
+    if cfg.kubernetes is not None and (extended := extended_support_warning(cfg.kubernetes)) is not None:
+        result.warnings.append(extended)
     if policies:  # the guardrail pack (policy/), over the graph just recorded
         from gpuforge.core.fleet import guardrails
         from gpuforge.core.teams import load_teams_reporting

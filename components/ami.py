@@ -56,18 +56,53 @@ def ami_filter(os_name: str, driver_preinstalled: bool) -> AmiFilter:
     return AMI_FILTERS[(os_name, driver_preinstalled)]
 
 
-def require_pinned_ami(ami_id: str | None, os_name: str, driver_preinstalled: bool, region: str, offline: bool) -> None:
-    """Refuse a real deployment whose AMI is not pinned, with the command that finds one to pin."""
+def require_pinned_ami(
+    ami_id: str | None, os_name: str, driver_preinstalled: bool, region: str, offline: bool, found: str | None = None
+) -> None:
+    """Refuse a real deployment whose AMI is not pinned. With `found` (the newest image the
+    documented filter matches in the region, `newest_ami`), the fix is the one command to run;
+    without it, the command that finds the image."""
     if ami_id or offline:
         return
     f = ami_filter(os_name, driver_preinstalled)
+    problem = "not set: a looked-up AMI changes with every new image and would replace every GPU node"
+    if found:
+        raise ConfigError(
+            "gpuforge:amiId", problem,
+            f"pin the newest {f.description} in {region}: `pulumi config set gpuforge:amiId {found}`",
+        )
     raise ConfigError(
-        "gpuforge:amiId",
-        "not set: a looked-up AMI changes with every new image and would replace every GPU node",
+        "gpuforge:amiId", problem,
         f"pin one: `gpuforge preflight --stack <stack>` shows the newest {f.description}, or run "
         f"`aws ec2 describe-images --region {region} --owners {f.owner} --filters 'Name=name,Values={f.name_pattern}' "
         "--query 'sort_by(Images,&CreationDate)[-1].ImageId'`; then `pulumi config set gpuforge:amiId ami-...`",
     )
+
+
+def newest_ami(region: str, os_name: str, driver_preinstalled: bool, profile: str | None = None) -> str | None:
+    """The newest image the documented filter matches in `region` (EC2 DescribeImages with the
+    filters `lookup_ami` gives the provider, newest CreationDate first, as the provider's
+    `most_recent`), or None when there is none or AWS cannot be asked (no credentials, no network):
+    the caller then shows the command instead. boto3 honours AWS_ENDPOINT_URL (tests: moto)."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    f = ami_filter(os_name, driver_preinstalled)
+    try:
+        session = boto3.Session(profile_name=profile, region_name=region)
+        ec2 = session.client("ec2", config=Config(retries={"max_attempts": 2}, connect_timeout=5, read_timeout=15))
+        images = ec2.describe_images(Owners=[f.owner], Filters=[
+            {"Name": "name", "Values": [f.name_pattern]},
+            {"Name": "architecture", "Values": ["x86_64"]},
+            {"Name": "virtualization-type", "Values": ["hvm"]},
+            {"Name": "state", "Values": ["available"]},
+        ])["Images"]
+    except (BotoCoreError, ClientError):
+        return None
+    if not images:
+        return None
+    return str(max(images, key=lambda i: i.get("CreationDate", ""))["ImageId"])
 
 
 def lookup_ami(os_name: str, driver_preinstalled: bool, opts: pulumi.InvokeOptions | None = None) -> pulumi.Output[str]:

@@ -32,6 +32,10 @@ class NodeGroupArgs:
     launch_template_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     placement_group: pulumi.Input[str]
+    # gpuforge:nodeTemplateVersion: the template version the group launches. Not "$Latest": a
+    # template change would put a different driver or NCCL stack into the same placement group
+    # as the running members at the next scale-out; the group moves when the stack raises it.
+    template_version: int = 1
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -43,7 +47,8 @@ class NodeGroup(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         s, fleet = args.scaling, args.fleet
         spot = fleet.purchase_option == "spot"
-        template = aws.autoscaling.GroupLaunchTemplateArgs(id=args.launch_template_id, version="$Latest")
+        pinned = str(args.template_version)
+        template = aws.autoscaling.GroupLaunchTemplateArgs(id=args.launch_template_id, version=pinned)
         group = aws.autoscaling.Group(
             f"{name}-asg",
             min_size=s.min_size,
@@ -53,7 +58,7 @@ class NodeGroup(pulumi.ComponentResource):
             default_cooldown=s.cooldown_s,
             capacity_rebalance=spot,  # replace a node on the rebalance signal, before the interruption
             launch_template=None if spot else template,
-            mixed_instances_policy=_spot_policy(fleet, args.launch_template_id) if spot else None,
+            mixed_instances_policy=_spot_policy(fleet, args.launch_template_id, pinned) if spot else None,
             tags=[
                 aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
                 for k, v in sorted({**args.tags, "Name": f"{args.stack}-node", NAME_SUFFIX_TAG: "instance-id"}.items())
@@ -115,7 +120,8 @@ class NodeGroup(pulumi.ComponentResource):
         self.register_outputs({"groupName": group.name})
 
 
-def _spot_policy(fleet: FleetConfig, launch_template_id: pulumi.Input[str]) -> aws.autoscaling.GroupMixedInstancesPolicyArgs:
+def _spot_policy(fleet: FleetConfig, launch_template_id: pulumi.Input[str], version: str
+                 ) -> aws.autoscaling.GroupMixedInstancesPolicyArgs:
     return aws.autoscaling.GroupMixedInstancesPolicyArgs(
         instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
             on_demand_base_capacity=0,
@@ -125,7 +131,7 @@ def _spot_policy(fleet: FleetConfig, launch_template_id: pulumi.Input[str]) -> a
         ),
         launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
             launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
-                launch_template_id=launch_template_id, version="$Latest"
+                launch_template_id=launch_template_id, version=version
             ),
             overrides=[
                 aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=t)

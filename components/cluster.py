@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from gpuforge.components.ami import lookup_ami, require_pinned_ami
+from gpuforge.components.ami import lookup_ami
 from gpuforge.components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
 from gpuforge.components.network import GpuNetwork, NetworkArgs
 from gpuforge.components.operations import declare_operations, on_eks
@@ -71,9 +71,8 @@ class GpuCluster(pulumi.ComponentResource):
         # AMI, with its own launch template and node role: GpuNodes' template, role and instance
         # profile would boot nothing, so they are declared only where something launches from them
         # (the stack's own instances, or its Auto Scaling group when autoscaling is on).
+        # (The pinned-AMI refusal runs before the first resource: components/deploygate.py.)
         boots_gpuforge_nodes = not on_eks(cfg) or cfg.fleet.autoscaling is not None
-        if boots_gpuforge_nodes:
-            require_pinned_ami(cfg.ami_id, cfg.os, cfg.driver_preinstalled, cfg.region, args.offline)
         nodes = _gpu_nodes(name, cfg, network, pg, storage, self) if boots_gpuforge_nodes else None
         ops = declare_operations(
             name, cfg, nodes.launch_template_id if nodes else None, network.subnet_id, pg.name, parent=self
@@ -101,7 +100,7 @@ class GpuCluster(pulumi.ComponentResource):
         # The version GPU instances boot and the template's latest: they differ after a template
         # change until the stack raises gpuforge:nodeTemplateVersion (components/compute.py).
         self.node_template_versions: pulumi.Output[dict[str, int]] | None = None
-        if nodes is not None and nodes.nodes:
+        if nodes is not None:  # instances, or an Auto Scaling group, boot the template's pinned version
             self.node_template_versions = nodes.launch_template_latest.apply(
                 lambda latest: {"booted": cfg.node_template_version, "latest": latest}
             )
@@ -182,6 +181,7 @@ def _gpu_nodes(
             user_data_b64=_user_data(cfg, parent),
             metric_namespace=metric_namespace(cfg),
             public_ip=cfg.public_ips and cfg.vpc_id is None,
+            internet_gateway=network.internet_gateway,
             key_name=cfg.key_name,
             data_volume=DataVolumeSpec(dv.type, dv.size_gib) if dv else None,
             ngc_parameter_arn=ngc_arn,

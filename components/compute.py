@@ -52,6 +52,7 @@ class NodesArgs:
     market_options: aws.ec2.LaunchTemplateInstanceMarketOptionsArgs | None = None
     capacity_reservation: aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs | None = None
     ena_express: bool = False  # ENA Express on the primary interface (validate's TCP model follows it)
+    internet_gateway: pulumi.Resource | None = None  # what the nodes' Elastic IPs wait for
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,10 @@ class GpuNodes(pulumi.ComponentResource):
                     domain="vpc",
                     network_interface=inst.primary_network_interface_id,
                     tags={**tags, "Name": f"{node_name}-eip"},
-                    opts=child,
+                    # EIPs need the VPC's internet gateway (pulumi-aws aws.ec2.Eip docs)
+                    opts=pulumi.ResourceOptions(
+                        parent=self, depends_on=[args.internet_gateway] if args.internet_gateway is not None else []
+                    ),
                 )
                 public_ip = eip.public_ip
             elif args.public_ip:

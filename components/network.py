@@ -48,6 +48,10 @@ class GpuNetwork(pulumi.ComponentResource):
     subnet_id: pulumi.Output[str]
     availability_zone: pulumi.Output[str]
     security_group_id: pulumi.Output[str]
+    # What an Elastic IP of the stack waits for: an address is usable only once the VPC has an
+    # internet gateway (EC2 user guide, Elastic IP addresses; pulumi-aws aws.ec2.Eip docs: "EIP may
+    # require IGW to exist prior to association. Use depends_on to set an explicit dependency").
+    internet_gateway: aws.ec2.InternetGateway | None = None
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpuforge:aws:Network", name, None, opts)
@@ -88,6 +92,7 @@ class GpuNetwork(pulumi.ComponentResource):
                 igw = aws.ec2.InternetGateway(
                     f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": f"{name}-igw"}, opts=child
                 )
+                self.internet_gateway = igw
                 # Public nodes leave through the internet gateway, private ones through the NAT gateway.
                 target = (
                     {"gateway_id": igw.id}
@@ -206,7 +211,8 @@ def _nat_gateway(
     aws.ec2.RouteTableAssociation(f"{name}-egress-rt-assoc", subnet_id=subnet.id, route_table_id=rt.id, opts=opts)
     aws.ec2.Route(f"{name}-egress-default-route", route_table_id=rt.id, destination_cidr_block="0.0.0.0/0",
                   gateway_id=igw.id, opts=opts)
-    eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags={**tags, "Name": f"{name}-nat"}, opts=opts)
+    eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags={**tags, "Name": f"{name}-nat"},
+                      opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[igw])))
     return aws.ec2.NatGateway(
         f"{name}-nat", subnet_id=subnet.id, allocation_id=eip.id, connectivity_type="public",
         tags={**tags, "Name": f"{name}-nat"},

@@ -60,6 +60,7 @@ def declare_operations(
                 fleet=fleet,
                 scaling=fleet.autoscaling,
                 launch_template_id=launch_template_id,
+                template_version=cfg.node_template_version,
                 subnet_id=subnet_id,
                 placement_group=placement_group,
                 tags=tags,

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from gpuforge.common.errors import ConfigError
 from gpuforge.core.catalog import InstanceType
+from gpuforge.core.limits import limit
 
-AWS_RESERVED_PER_SUBNET = 5  # VPC user guide, "Subnet CIDR blocks": first four and the last
-# EKS user guide, "View Amazon EKS networking requirements for VPC and subnets": the cluster's
-# subnets need at least six free addresses for its network interfaces, 16 recommended.
-EKS_CONTROL_PLANE_ADDRESSES = 16
+# The AWS limits table (core/aws_limits.yaml) names both numbers and their sources.
+AWS_RESERVED_PER_SUBNET = limit("subnet_reserved_addresses").value
+EKS_CONTROL_PLANE_ADDRESSES = limit("eks_control_plane_addresses").value
 
 
 # What private nodes reach through interface endpoints (issue 10 item 4): Session Manager (ssm,

@@ -154,8 +154,15 @@ def _eks_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...
     count, type_name, root_gib = int(system["count"]), str(system["instance_type"]), int(system["root_volume_gib"])
     node = prices.instance(type_name, cfg.region)
     gp3 = load_catalog().storage.usd_per_gb_month["gp3"]
+    # A version past its end of standard support bills the extended-support rate (defaults.yaml
+    # eks_versions, judged on the day config was read: KubernetesSettings.support).
+    extended = cfg.kubernetes.support == "extended"
+    control_plane = prices.eks(cfg.region)
+    if extended and control_plane is not None:
+        control_plane = prices.eks_extended_usd_per_cluster_hour
     return (
-        FixedItem("EKS control plane", 1, "cluster", prices.eks(cfg.region)),
+        FixedItem("EKS control plane (extended support)" if extended else "EKS control plane", 1, "cluster",
+                  control_plane),
         FixedItem(f"system nodes {type_name}", count, "nodes", None if node is None else node * count),
         FixedItem("storage system root gp3", root_gib * count, "GiB", root_gib * count * gp3 / HOURS_PER_MONTH),
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuforge.common.errors import ConfigError
 from gpuforge.core.catalog import GpuModel, InstanceType
+from gpuforge.core.limits import limit
 from gpuforge.core.profiles import Profile, SlurmHealthCheck, SlurmPartition
 
 NS = "gpuforge"
@@ -60,7 +61,7 @@ class SlurmSettings:
 # nodes (issue 19 finding 7). The names are known when the stack is declared, the addresses only
 # once the instances exist: chunks are cut by each line's longest form, so they hold whatever
 # addresses come.
-SSM_STANDARD_VALUE_MAX = 4096
+SSM_STANDARD_VALUE_MAX = limit("ssm_standard_parameter_chars").value  # core/aws_limits.yaml
 _LONGEST_ADDRESS = len("255.255.255.255")
 
 

@@ -13,3 +13,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite tests/bootstrap/golden from the current templates (review the diff before committing)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Support lifecycles (EKS versions, core/kubernetes/settings.py `today`) are judged on
+    one fixed day in every test, so results do not change as the calendar moves: the build date."""
+    import os
+
+    os.environ.setdefault("GPUFORGE_TODAY", "2026-12-04")

@@ -12,6 +12,7 @@ from gpuforge.common.errors import InputError
 from gpuforge.common.table import FORMATS, Column, Rows, SuggestingChoice, default_format, print_table, terminal_width
 from gpuforge.core.config import parse_stack_config
 from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
+from gpuforge.core.kubernetes.settings import extended_support_warning
 from gpuforge.stackfile import load_stack_config, stack_name
 
 
@@ -74,6 +75,8 @@ def command(stacks: tuple[str, ...], jobs: bool, since: str | None, pricing: Pat
     for stack in dict.fromkeys(stack_name(project_dir, s) for s in stacks):  # keep order, drop repeats
         raw, _ = load_stack_config(project_dir, stack)
         cfg = parse_stack_config(raw, stack)
+        if cfg.kubernetes is not None and (warning := extended_support_warning(cfg.kubernetes)) is not None:
+            click.echo(f"warning: {warning}", err=True)  # stderr: the report on stdout stays machine-readable
         costs.append(stack_cost(cfg))
         used[cfg.stack] = cfg.fleet.purchase_option.replace("-", "_")  # "on-demand" -> OPTIONS' "on_demand"
     mix = hybrid(costs)

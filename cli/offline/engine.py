@@ -41,6 +41,8 @@ class Registered:
     # (input name, URNs it was computed from): the engine's propertyDependencies, which the real
     # policy analyzer hands stack policies as PolicyResource.property_dependencies
     property_dependencies: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # pulumi.CustomTimeouts as the engine gets them: (create, update, delete), "" where unset
+    custom_timeouts: tuple[str, str, str] = ("", "", "")
 
 
 @dataclass
@@ -61,8 +63,11 @@ class OfflineRun:
 class RecordingMonitor(MockMonitor):
     """MockMonitor that keeps every registration (type, name, parent, inputs) and the exports."""
 
-    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+    def __init__(self, mocks: pulumi.runtime.Mocks, offline_preview: bool = True) -> None:
         super().__init__(mocks)
+        # False: the program takes `pulumi up`'s path (cli/program.py running_offline), so
+        # its deploy-only refusals apply; the tests of what `pulumi up` refuses run it so.
+        self.offline_preview = offline_preview
         self.registered: list[Registered] = []
         self.duplicates: list[str] = []
         self.stack_outputs: dict[str, Any] = {}
@@ -90,6 +95,8 @@ class RecordingMonitor(MockMonitor):
                     inputs=_ints(inputs),
                     dependencies=tuple(request.dependencies),
                     property_dependencies=tuple((k, tuple(v.urns)) for k, v in sorted(request.propertyDependencies.items())),
+                    custom_timeouts=(request.customTimeouts.create, request.customTimeouts.update,
+                                     request.customTimeouts.delete),
                 )
             )
         return resp
@@ -192,18 +199,43 @@ def run_program(
     secret_keys: list[str],
     mocks: pulumi.runtime.Mocks,
     preview: bool = False,
+    as_pulumi_up: bool = False,
 ) -> OfflineRun:
-    """Execute `<project_dir>/__main__.py` as the Pulumi language host would, under mocks."""
-    monitor = RecordingMonitor(mocks)
+    """Execute `<project_dir>/__main__.py` as the Pulumi language host would, under mocks.
+    `as_pulumi_up`: the program takes the real engine's path (refusals that only `pulumi up`
+    makes apply); by default it runs as the offline preview."""
+    run, error = attempt_program(project_dir, project, stack, config, secret_keys, mocks, preview, as_pulumi_up)
+    if error is not None:
+        raise error
+    return run
+
+
+def attempt_program(
+    project_dir: Path,
+    project: str,
+    stack: str,
+    config: dict[str, str],
+    secret_keys: list[str],
+    mocks: pulumi.runtime.Mocks,
+    preview: bool = False,
+    as_pulumi_up: bool = False,
+) -> tuple[OfflineRun, Exception | None]:
+    """`run_program` that also returns what was registered when the program fails: a refusal
+    must come before the first resource, and this is how the tests count them."""
+    monitor = RecordingMonitor(mocks, offline_preview=not as_pulumi_up)
     # A stale root Stack from an earlier run would parent this run's resources: reset it first.
     settings.set_root_resource(None)  # type: ignore[arg-type]
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
     settings.set_root_resource(None)  # type: ignore[arg-type]  # let run_in_stack make the program's Stack
     pulumi.runtime.set_all_config(dict(config), list(secret_keys))
     main = project_dir / "__main__.py"
+    error: Exception | None = None
     try:
         with _program_context(project_dir), _no_source_positions():
             run_isolated(lambda: _sync_await(run_in_stack(lambda: _run_main(main))))
+    except Exception as exc:  # noqa: BLE001 - handed back with what was registered before it
+        error = exc
     finally:
         pulumi.runtime.set_all_config({}, [])
-    return OfflineRun(project, stack, list(monitor.registered), dict(monitor.stack_outputs), list(monitor.duplicates))
+    run = OfflineRun(project, stack, list(monitor.registered), dict(monitor.stack_outputs), list(monitor.duplicates))
+    return run, error

@@ -7,6 +7,7 @@ quota that leaves the headroom free, and (inference profiles) the inference serv
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +24,8 @@ from gpuforge.core.addressing import control_plane_cidr
 from gpuforge.core.catalog import load_catalog
 from gpuforge.core.config import PROJECT, StackConfig
 from gpuforge.core.kubernetes.quotas import team_quota
-from gpuforge.core.kubernetes.settings import KubernetesSettings
-from gpuforge.core.kubernetes.sharing import plan_sharing
+from gpuforge.core.kubernetes.settings import KubernetesSettings, defaults
+from gpuforge.core.kubernetes.sharing import GPU_RESOURCE, plan_sharing
 
 # kind -> the typed pulumi-kubernetes class, so the preview shows real Kubernetes types.
 _KINDS: dict[str, Any] = {
@@ -90,6 +91,7 @@ class GpuKubernetes(pulumi.ComponentResource):
         # pod identity lets the pods read it (gpuforge's own EKS cluster).
         docs = manifests_for(cfg, (args.checkpoint_bucket or "") if settings.mode == "eks" else "")
 
+        eks: Any = None  # the EksCluster on gpuforge's own cluster: what the objects wait for
         if settings.mode == "eks":
             from gpuforge.components.kubernetes.eks import EksArgs, EksCluster, PrivateAccess, StorageAccess
 
@@ -112,6 +114,7 @@ class GpuKubernetes(pulumi.ComponentResource):
                     private_access=PrivateAccess(
                         cidrs=settings.private_access_cidrs,
                         transit_gateway_id=settings.transit_gateway_id or "",
+                        route_table_id=settings.transit_gateway_route_table_id or "",
                         route_table_ids=(_need(args.route_table_id, "route_table_id"),
                                          _need(args.main_route_table_id, "main_route_table_id")),
                     ) if settings.endpoint_access == "private" else None,
@@ -141,17 +144,91 @@ class GpuKubernetes(pulumi.ComponentResource):
             self.kubeconfig = None  # the user's own secret: not re-exported
 
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=pulumi.ResourceOptions(parent=self))
-        namespaces: dict[str, pulumi.Resource] = {}
+        declared: dict[tuple[str, str | None, str], pulumi.Resource] = {}  # (kind, namespace, name) -> resource
         for doc in docs:
             meta = doc["metadata"]
-            ns = meta.get("namespace")
-            depends = [namespaces[ns]] if ns in namespaces else []
+            depends = _waits_for(doc, declared, eks)
+            timeouts = readiness_timeout(doc)
             res = _declare(f"{name}-{_slug(doc)}", doc, pulumi.ResourceOptions(
-                parent=self, provider=provider, depends_on=depends
+                parent=self, provider=provider, depends_on=depends,
+                custom_timeouts=pulumi.CustomTimeouts(create=timeouts, update=timeouts) if timeouts else None,
             ))
-            if doc["kind"] == "Namespace":
-                namespaces[meta["name"]] = res
+            declared[(doc["kind"], meta.get("namespace"), meta["name"])] = res
         self.register_outputs({"objects": len(docs)})
+
+
+# Kinds whose objects create pods: they wait for what their pods need on admission and start.
+POD_CREATING = frozenset({"Deployment", "DaemonSet", "Job", "CronJob", "StatefulSet", "ReplicaSet", "Pod"})
+
+
+def _pod_spec(doc: m.Manifest) -> dict[str, Any]:
+    spec = doc.get("spec") or {}
+    if doc["kind"] == "Pod":
+        return dict(spec)
+    if doc["kind"] == "CronJob":
+        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    return dict((spec.get("template") or {}).get("spec") or {})
+
+
+def _requests(pod: dict[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for c in [*pod.get("containers", []), *pod.get("initContainers", [])]:
+        for section in ("requests", "limits"):
+            names |= set((c.get("resources") or {}).get(section) or {})
+    return names
+
+
+def _waits_for(doc: m.Manifest, declared: dict[tuple[str, str | None, str], pulumi.Resource],
+               eks: Any) -> list[pulumi.Resource]:
+    """What an object must not be created before (issue 21 item 2):
+
+    - its namespace;
+    - a ServiceAccount, and every pod-creating object in a namespace with one: that namespace's EKS
+      Pod Identity association. EKS injects the credential variables when it admits a pod, and only
+      if the association exists then (EKS user guide, "Assign an IAM role to a Kubernetes service
+      account": existing pods must be restarted) - a pod admitted earlier runs with the node role;
+    - a pod-creating object: the node group its pods run on (GPU or system, by its node selector),
+      the add-ons (pod identity agent), the ServiceAccount it runs as, and the device plugins that
+      advertise the resources it requests (nvidia.com/gpu, vpc.amazonaws.com/efa).
+    """
+    meta = doc["metadata"]
+    ns = meta.get("namespace")
+    deps: list[pulumi.Resource] = []
+    if ns is not None and ("Namespace", None, ns) in declared:
+        deps.append(declared[("Namespace", None, ns)])
+    pod_creating = doc["kind"] in POD_CREATING
+    if eks is not None and (doc["kind"] == "ServiceAccount" or pod_creating) and ns in eks.associations:
+        deps.append(eks.associations[ns])
+    if not pod_creating:
+        return deps
+    pod = _pod_spec(doc)
+    if eks is not None:
+        on_gpu = (pod.get("nodeSelector") or {}).get(m.GPU_NODE_LABEL) == "true"
+        deps.append(eks.gpu_node_group if on_gpu else eks.system_node_group)
+        deps += eks.addons
+    account = pod.get("serviceAccountName")
+    if account and ("ServiceAccount", ns, account) in declared:
+        deps.append(declared[("ServiceAccount", ns, account)])
+    wanted = _requests(pod)
+    for (kind, _, obj_name), res in declared.items():
+        advertises = {m.PLUGIN_APP: GPU_RESOURCE, m.EFA_APP: defaults()["efa_device_plugin"]["resource"]}.get(obj_name)
+        if kind == "DaemonSet" and advertises in wanted:
+            deps.append(res)
+    return deps
+
+
+def readiness_timeout(doc: m.Manifest) -> str | None:
+    """pulumi-kubernetes' readiness wait for a pod-creating object, sized in defaults.yaml
+    `readiness`: the inference service's image pull and start, or a DaemonSet's small image."""
+    if doc["kind"] not in POD_CREATING:
+        return None
+    r = defaults()["readiness"]
+    if doc["kind"] == "DaemonSet":
+        minutes = int(r["daemonset_minutes"])
+    else:
+        pull_s = float(r["inference_image_gib"]) * 1024 / float(r["pull_mib_per_s"])
+        minutes = math.ceil((pull_s + float(r["inference_start_s"])) * float(r["margin"]) / 60)
+    return f"{minutes}m"
 
 
 def _declare(resource_name: str, doc: m.Manifest, opts: pulumi.ResourceOptions) -> pulumi.Resource:

@@ -55,6 +55,7 @@ class PrivateAccess:
 
     cidrs: tuple[str, ...]
     transit_gateway_id: str
+    route_table_id: str  # the transit gateway route table the attachment associates with and propagates to
     route_table_ids: tuple[pulumi.Input[str], ...]
 
 
@@ -91,7 +92,11 @@ class EksArgs:
 
 
 def _role(name: str, service: str, policies: tuple[str, ...], tags: dict[str, str], opts: pulumi.ResourceOptions
-          ) -> aws.iam.Role:
+          ) -> tuple[aws.iam.Role, list[aws.iam.RolePolicyAttachment]]:
+    """A role and its managed-policy attachments. What assumes the role must wait for the
+    attachments: pulumi-aws's aws.eks.Cluster and NodeGroup docs ("Ensure that IAM Role permissions
+    are created before and deleted after EKS ... handling. Otherwise, EKS will not be able to
+    properly delete EKS managed EC2 infrastructure such as Security Groups")."""
     role = aws.iam.Role(
         name,
         assume_role_policy=json.dumps({
@@ -101,9 +106,11 @@ def _role(name: str, service: str, policies: tuple[str, ...], tags: dict[str, st
         tags=tags,
         opts=opts,
     )
-    for arn in policies:
+    attachments = [
         aws.iam.RolePolicyAttachment(f"{name}-{arn.rsplit('/', 1)[1]}", role=role.name, policy_arn=arn, opts=opts)
-    return role
+        for arn in policies
+    ]
+    return role, attachments
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -125,7 +132,8 @@ class EksCluster(pulumi.ComponentResource):
             tags={**tags, "Name": f"{name}-controlplane"},
             opts=child,
         )
-        cluster_role = _role(f"{name}-eks-cluster", "eks.amazonaws.com", CLUSTER_POLICIES, tags, child)
+        cluster_role, cluster_attachments = _role(f"{name}-eks-cluster", "eks.amazonaws.com", CLUSTER_POLICIES, tags,
+                                                  child)
         cluster = aws.eks.Cluster(
             f"{name}-eks",
             version=args.version,
@@ -144,14 +152,14 @@ class EksCluster(pulumi.ComponentResource):
             ),
             enabled_cluster_log_types=LOG_TYPES,
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster_attachments),
         )
         if args.private_access is not None:
             _private_path(name, args.private_access, args.vpc_id, [args.node_subnet_id, cp_subnet.id],
                           cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or ""), tags, child)
         observability = defaults()["cloudwatch_observability"]
         node_policies = NODE_POLICIES + ((observability["node_policy"],) if args.container_insights else ())
-        node_role = _role(f"{name}-eks-node", "ec2.amazonaws.com", node_policies, tags, child)
+        node_role, node_attachments = _role(f"{name}-eks-node", "ec2.amazonaws.com", node_policies, tags, child)
         # The cluster security group lets nodes and control plane talk; the stack's group
         # carries its SSH and node-to-node rules (all traffic within the group: what EFA needs).
         cluster_sg = cluster.vpc_config.apply(lambda v: v.cluster_security_group_id or "")
@@ -182,7 +190,7 @@ class EksCluster(pulumi.ComponentResource):
             labels={GPU_NODE_LABEL: "true", **args.labels},
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE")],
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, *node_attachments]),
         )
         # Untainted, on-demand, no placement group: the system pods' home (defaults.yaml system_nodes).
         system = defaults()["system_nodes"]
@@ -206,10 +214,11 @@ class EksCluster(pulumi.ComponentResource):
             ),
             labels={SYSTEM_NODE_LABEL: "true", **args.labels},
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, *node_attachments]),
         )
+        self.addons: list[pulumi.Resource] = []
         if args.container_insights:
-            aws.eks.Addon(
+            observability_addon = aws.eks.Addon(
                 f"{name}-cloudwatch-observability",
                 cluster_name=cluster.name,
                 addon_name=observability["addon_name"],
@@ -221,9 +230,18 @@ class EksCluster(pulumi.ComponentResource):
                 # publishes with the node role's permission (both groups share the role).
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group, system_group]),
             )
+            self.addons.append(observability_addon)
 
+        # What the Kubernetes objects wait for (components/kubernetes/component.py): the node
+        # groups their pods run on, the add-ons, and the pod identity associations.
+        self.gpu_node_group: pulumi.Resource = node_group
+        self.system_node_group: pulumi.Resource = system_group
+        self.associations: dict[str, pulumi.Resource] = {}
         if args.storage is not None:
-            _pod_identity(name, cluster, args.storage, tags, pulumi.ResourceOptions(parent=self, depends_on=[system_group]))
+            agent, self.associations = _pod_identity(
+                name, cluster, args.storage, tags, pulumi.ResourceOptions(parent=self, depends_on=[system_group])
+            )
+            self.addons.append(agent)
 
         self.name = cluster.name
         self.kubeconfig = pulumi.Output.secret(
@@ -236,15 +254,15 @@ class EksCluster(pulumi.ComponentResource):
 
 def _pod_identity(
     name: str, cluster: aws.eks.Cluster, storage: StorageAccess, tags: dict[str, str], opts: pulumi.ResourceOptions
-) -> None:
+) -> tuple[aws.eks.Addon, dict[str, pulumi.Resource]]:
     """EKS Pod Identity (EKS user guide, "Learn how EKS Pod Identity grants pods access to AWS
     services" and "Create the pod identity association"): the agent add-on (a DaemonSet, so it waits
     for nodes), a role that only pods.eks.amazonaws.com may assume (sts:AssumeRole and
     sts:TagSession, the trust policy the guide gives), the same least-privilege bucket policy the
     nodes get (components/compute.py node_policy), and one association per team namespace."""
     pod = defaults()["pod_identity"]
-    aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=cluster.name, addon_name=pod["addon_name"], tags=tags,
-                  opts=opts)
+    agent = aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=cluster.name, addon_name=pod["addon_name"],
+                          tags=tags, opts=opts)
     role = aws.iam.Role(
         f"{name}-eks-storage",
         assume_role_policy=json.dumps({
@@ -256,7 +274,7 @@ def _pod_identity(
         tags=tags,
         opts=opts,
     )
-    aws.iam.RolePolicy(
+    bucket_policy = aws.iam.RolePolicy(
         f"{name}-eks-storage-buckets",
         role=role.id,
         policy=pulumi.Output.all(storage.directory_bucket_arn, storage.checkpoint_bucket_arn).apply(
@@ -264,11 +282,17 @@ def _pod_identity(
         ),
         opts=opts,
     )
-    for ns in storage.namespaces:
-        aws.eks.PodIdentityAssociation(
+    # The association waits for the role's bucket policy: a pod admitted once it exists gets
+    # credentials that can already read the bucket.
+    with_policy = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[bucket_policy]))
+    associations: dict[str, pulumi.Resource] = {
+        ns: aws.eks.PodIdentityAssociation(
             f"{name}-storage-{ns}", cluster_name=cluster.name, namespace=ns, service_account=pod["service_account"],
-            role_arn=role.arn, tags=tags, opts=opts,
+            role_arn=role.arn, tags=tags, opts=with_policy,
         )
+        for ns in storage.namespaces
+    }
+    return agent, associations
 
 
 def _private_path(
@@ -281,7 +305,19 @@ def _private_path(
     back to their networks from both subnets, and tcp/443 from them in the cluster security group."""
     attachment = aws.ec2transitgateway.VpcAttachment(
         f"{name}-eks-tgw", transit_gateway_id=access.transit_gateway_id, vpc_id=vpc_id, subnet_ids=subnet_ids,
+        # Not the gateway's default tables: the named one, explicitly (its association and
+        # propagation below), so that the operators' networks route back to the VPC.
+        transit_gateway_default_route_table_association=False,
+        transit_gateway_default_route_table_propagation=False,
         tags={**tags, "Name": f"{name}-eks-operators"}, opts=opts,
+    )
+    aws.ec2transitgateway.RouteTableAssociation(
+        f"{name}-eks-tgw-association", transit_gateway_attachment_id=attachment.id,
+        transit_gateway_route_table_id=access.route_table_id, opts=opts,
+    )
+    aws.ec2transitgateway.RouteTablePropagation(
+        f"{name}-eks-tgw-propagation", transit_gateway_attachment_id=attachment.id,
+        transit_gateway_route_table_id=access.route_table_id, opts=opts,
     )
     for i, cidr in enumerate(access.cidrs):
         for j, table in enumerate(access.route_table_ids):

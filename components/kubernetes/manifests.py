@@ -110,6 +110,7 @@ def efa_device_plugin(instance_type: str) -> list[Manifest]:
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
+                        "automountServiceAccountToken": False,  # as the chart: it calls no API
                         "priorityClassName": "system-node-critical",
                         "hostNetwork": True,
                         # our GPU nodes carry the GPU taint; the chart tolerates CriticalAddonsOnly
@@ -119,7 +120,7 @@ def efa_device_plugin(instance_type: str) -> list[Manifest]:
                             {
                                 "name": EFA_APP,
                                 "image": d["image"],
-                                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                                "securityContext": dict(d["security_context"]),  # the chart's (defaults.yaml)
                                 "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
                                 "volumeMounts": [
                                     {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},

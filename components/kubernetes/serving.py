@@ -43,10 +43,23 @@ class TritonPythonModel:
 # Fetch the team's models, or fall back to the default one. An empty bucket name (a cluster
 # gpuforge does not own, no pod identity) means the default model only. A listing that fails
 # (no permission, no bucket) fails the pod: it must not silently serve the default model.
+# EKS Pod Identity puts AWS_CONTAINER_CREDENTIALS_FULL_URI and AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE
+# into a pod only if the service account's association existed when the pod was admitted (EKS
+# user guide, "EKS Pod Identity"); without them the AWS CLI falls back to the node role, which may
+# not read the bucket: an AccessDenied restart loop that names nothing. So the script checks first
+# and names the missing association.
 FETCH_SCRIPT = f'''\
 set -eu
 models=${{MODELS_DIR:-{MODELS_DIR}}} default=${{DEFAULT_MODEL_DIR:-/default-model}}
 if [ -n "${{MODEL_BUCKET:-}}" ]; then
+  token=${{AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE:-/nonexistent}}
+  if [ -z "${{AWS_CONTAINER_CREDENTIALS_FULL_URI:-}}" ] || [ ! -r "$token" ]; then
+    echo "error: no EKS Pod Identity credentials in this pod: the pod identity association for namespace" \\
+         "${{POD_NAMESPACE:-?}}, service account ${{POD_SERVICE_ACCOUNT:-?}}, did not exist when the pod was admitted" >&2
+    echo "  fix: aws eks list-pod-identity-associations --cluster-name <cluster> --namespace ${{POD_NAMESPACE:-?}}" \\
+         "shows it; once it is there: kubectl -n ${{POD_NAMESPACE:-?}} rollout restart deployment/inference" >&2
+    exit 1
+  fi
   n=$(aws s3api list-objects-v2 --bucket "$MODEL_BUCKET" --prefix "$MODEL_PREFIX" --max-keys 1 \\
       --no-paginate --query KeyCount --output text)
   if [ "$n" != "0" ] && [ "$n" != "None" ]; then
@@ -100,6 +113,9 @@ def fetch_models_container(hardening: dict[str, Any]) -> dict[str, Any]:
         "image": AWS_CLI_IMAGE,
         "command": ["/bin/sh", "-c", FETCH_SCRIPT],
         "envFrom": [{"configMapRef": {"name": STORAGE_CONFIGMAP}}],
+        # what the script names when the pod has no pod identity credentials
+        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "POD_SERVICE_ACCOUNT", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}}],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
         "volumeMounts": [{"name": "models", "mountPath": MODELS_DIR},
                          {"name": "default-model", "mountPath": "/default-model", "readOnly": True}],

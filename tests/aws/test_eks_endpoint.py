@@ -13,7 +13,7 @@ from tests.aws.conftest import ROOT, eks_config, one
 
 CLUSTER = "aws:eks/cluster:Cluster"
 PRIVATE = {"eksEndpointAccess": "private", "eksPublicAccessCidrs": [], "eksPrivateAccessCidrs": ["10.8.0.0/16"],
-           "eksTransitGatewayId": "tgw-0123456789abcdef0"}
+           "eksTransitGatewayId": "tgw-0123456789abcdef0", "eksTransitGatewayRouteTableId": "tgw-rtb-0123456789abcdef0"}
 
 
 def test_committed_inference_stack_opens_the_api_to_named_cidrs_only() -> None:
@@ -31,6 +31,9 @@ def test_committed_inference_stack_opens_the_api_to_named_cidrs_only() -> None:
         ({"eksPublicAccessCidrs": ["10.0.0.0/8"]}, "gpuforge:eksPublicAccessCidrs", "private range"),
         ({**PRIVATE, "eksTransitGatewayId": None}, "gpuforge:eksTransitGatewayId", "transit gateway"),
         ({**PRIVATE, "eksPrivateAccessCidrs": []}, "gpuforge:eksPrivateAccessCidrs", "operators' networks"),
+        ({**PRIVATE, "eksTransitGatewayRouteTableId": None}, "gpuforge:eksTransitGatewayRouteTableId", "route table"),
+        ({**PRIVATE, "eksTransitGatewayRouteTableId": "rtb-0123456789abcdef0"}, "gpuforge:eksTransitGatewayRouteTableId",
+         "tgw-rtb-"),
         ({**PRIVATE, "eksPublicAccessCidrs": ["198.51.100.0/24"]}, "gpuforge:eksPublicAccessCidrs", "private"),
         ({"eksTransitGatewayId": "tgw-0123456789abcdef0"}, "gpuforge:eksEndpointAccess", "private"),
     ],

@@ -21,7 +21,11 @@ def test_efa_device_plugin_runs_on_the_gpu_nodes(record) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert pod["nodeSelector"] == {"gpuforge.io/gpu": "true", "node.kubernetes.io/instance-type": "g4dn.8xlarge"}
     (ctr,) = pod["containers"]
-    assert ctr["image"].endswith("/eks/aws-efa-k8s-device-plugin:v0.5.1")
+    # the chart's values at aws/eks-charts@5239609242f3 (core/kubernetes/defaults.yaml)
+    assert ctr["image"].endswith("/eks/aws-efa-k8s-device-plugin:v0.5.20")
+    assert ctr["securityContext"] == {"allowPrivilegeEscalation": True, "privileged": True, "runAsNonRoot": False,
+                                      "runAsUser": 0}
+    assert pod["automountServiceAccountToken"] is False
     assert {m["mountPath"] for m in ctr["volumeMounts"]} == {"/var/lib/kubelet/device-plugins", "/dev/infiniband/"}
 
 

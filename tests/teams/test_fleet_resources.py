@@ -92,7 +92,8 @@ def test_autoscaling_group_and_queue_alarms_follow_the_seed(record) -> None:
     assert run.of_type(INSTANCE) == []  # the group launches the nodes
     asg = one(run, ASG).inputs
     assert (asg["minSize"], asg["maxSize"], asg["defaultCooldown"]) == (4, 32, 300)
-    assert asg["launchTemplate"]["version"] == "$Latest" and asg["placementGroup"] == "vision-asg32-pg"
+    # the pinned gpuforge:nodeTemplateVersion, not $Latest (tests/aws/test_eks_ready.py, issue 21 item 3)
+    assert asg["launchTemplate"]["version"] == "1" and asg["placementGroup"] == "vision-asg32-pg"
     assert len(asg["vpcZoneIdentifiers"]) == 1
     alarms = {a.name: a.inputs for a in run.of_type(ALARM)}
     high, empty = alarms["vision-asg32-queue-high"], alarms["vision-asg32-queue-empty"]
