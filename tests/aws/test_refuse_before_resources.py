@@ -149,7 +149,7 @@ def test_a_stack_name_too_long_for_its_iam_roles_is_refused_before_any_resource(
 
 @pytest.mark.parametrize(("over", "kubernetes", "scheduler", "boots"), [
     ({}, "none", "none", True),
-    ({"scheduler": "slurm", "nodeCount": 2}, "none", "slurm", True),
+    ({"scheduler": "slurm", "nodeCount": 2, "os": "ubuntu-24.04"}, "none", "slurm", True),
     ({**{k: v for k, v in eks_config().items() if k.startswith("gpuforge:")}, "gpuforge:azId": "use1-az5",
       "gpuforge:eksPublicAccessCidrs": [OPERATOR_CIDR]}, "eks", "none", False),
 ])
