@@ -223,3 +223,33 @@ def test_nccl_pairs_through_one_srun_allocation_reach_the_ssh_verdict(
     assert ("nccl.busbw.inter", "pass", ("node1<->node3",), "78.33") in pair(docs["slurm"])
     [ev] = (tmp_path / "slurm" / "evidence" / "nccl").rglob("*.txt")
     assert '"outcome": "ok"' in ev.read_text() and "nccl_f1_p4de_2node_srun.txt" in ev.read_text()
+
+
+def test_the_self_check_fails_a_node_whose_slurmd_has_not_registered(bed: SlurmBed) -> None:
+    """The rendered self-check's Slurm lines, run against the bed's real slurmctld with only the
+    node's name and the wait given: a registered idle node passes, a name no slurmd registered
+    (a skipped or dead slurmd) is a miss, and a drained node is a miss that names the reason."""
+    from gpuforge.components.userdata import stack_user_data
+    from tests.slurm.conftest import slurm_stack
+
+    phase = stack_user_data(slurm_stack("cv-training", nodeCount="2"), account_id="123456789012").files[
+        "opt/gpuforge/phases/self-check.sh"]  # fmt: skip
+    end = 'observe slurm_node "${slurm_state#State=}" ;;\nesac\n'
+    lines = phase[phase.index('slurm_state=""'):phase.index(end) + len(end)]
+
+    def self_check(name: str) -> list[str]:
+        script = ("set -euo pipefail\nmiss=()\nobserve() { echo \"observed $*\"; }\nsleep() { :; }\n"
+                  f"hostname() {{ echo {name}; }}\n{lines}"
+                  'for m in "${miss[@]}"; do echo "miss: $m"; done\n')  # fmt: skip
+        run = bed.client("bash", "-c", script, timeout=120)
+        return run.stdout.splitlines()
+
+    assert self_check("node1") == ["observed slurm_node IDLE"]
+    [gone] = self_check("node9")
+    assert gone.startswith("miss: slurmd has not registered with cv-training-head (no answer"), gone
+    bed.client("scontrol", "update", "nodename=node3", "state=drain", "reason=admin: test drain")
+    try:
+        [drained] = self_check("node3")
+        assert drained.startswith("miss: slurmd registered but the node is IDLE+DRAIN") and "admin: test drain" in drained
+    finally:
+        bed.client("scontrol", "update", "nodename=node3", "state=resume")
