@@ -27,6 +27,7 @@ def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
         phases=(
             Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the head node's name"),
             Phase("slurm", f"munge and slurmctld {gpu_plan.slurm_version.version} (cluster {cfg.slurm.cluster_name})"),
+            Phase("pyxis", f"Pyxis {v.pyxis.version} for srun/sbatch on the submit host (no Enroot)"),
             Phase("slurm-start", "slurmctld through its packaged unit; answers scontrol ping"),
         ),
         cloudwatch_agent=None,

@@ -73,7 +73,7 @@ def test_gpu_nodes_get_slurm_and_pyxis_phases_and_still_fit_ec2(purchase: str) -
 
 def test_the_head_runs_slurmctld_only() -> None:
     r = render_head_user_data(slurm_stack("cv-training"))
-    assert r.plan is not None and [p.name for p in r.plan.phases] == ["base", "slurm", "slurm-start"]
+    assert r.plan is not None and [p.name for p in r.plan.phases] == ["base", "slurm", "pyxis", "slurm-start"]
     phase = r.files["opt/gpuforge/phases/slurm.sh"]
     assert "apt_install munge slurmctld slurm-client\n" in phase and "conf-server" not in phase
     assert "gpuforge-health-check" not in " ".join(r.files) and len(r.user_data) <= EC2_USER_DATA_LIMIT
@@ -90,20 +90,22 @@ def test_a_layout_without_nodes_is_refused() -> None:
 
 SHELL_FILES = ("opt/gpuforge/phases/slurm.sh", "opt/gpuforge/phases/pyxis.sh", "opt/gpuforge/phases/slurm-start.sh",
                "opt/gpuforge/phases/self-check.sh", "opt/gpuforge/bin/gpuforge-health-check")
+HEAD_SHELL_FILES = ("opt/gpuforge/phases/slurm.sh", "opt/gpuforge/phases/pyxis.sh", "opt/gpuforge/phases/slurm-start.sh")
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (scripts/setup.sh adds it)")
 def test_slurm_phases_pass_shellcheck(tmp_path: Path) -> None:
-    r = render_user_data(slurm_stack("cv-training", os="ubuntu-24.04"), None)
-    for rel in SHELL_FILES:
-        p = tmp_path / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(r.files[rel])
-    (tmp_path / "opt/gpuforge/lib.sh").write_text(r.files["opt/gpuforge/lib.sh"])
-    for rel in SHELL_FILES:
-        out = subprocess.run(["shellcheck", "-x", "-P", str(tmp_path / "opt/gpuforge/phases"), str(tmp_path / rel)],
-                             capture_output=True, text=True, timeout=60, check=False)
-        assert out.returncode == 0, f"{rel}: {out.stdout}"
+    node = render_user_data(slurm_stack("cv-training", os="ubuntu-24.04"), None)
+    head = render_head_user_data(slurm_stack("cv-training", os="ubuntu-24.04"))
+    for who, r, files in (("node", node, SHELL_FILES), ("head", head, HEAD_SHELL_FILES)):
+        for rel in (*files, "opt/gpuforge/lib.sh"):
+            p = tmp_path / who / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(r.files[rel])
+        for rel in files:
+            argv = ["shellcheck", "-x", "-P", str(tmp_path / who / "opt/gpuforge/phases"), str(tmp_path / who / rel)]
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            assert out.returncode == 0, f"{who} {rel}: {out.stdout}"
 
 
 def test_bootstrap_render_writes_the_head_nodes_user_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,7 +123,7 @@ def test_bootstrap_render_writes_the_head_nodes_user_data(tmp_path: Path, capsys
         main(["bootstrap", "render", "--stack", "cv-training", "--node", "cv-training-head", "--out", str(out),
               "--project-dir", str(proj)])  # fmt: skip
     assert ex.value.code == 0, capsys.readouterr().err
-    assert "phases: base -> slurm -> slurm-start" in capsys.readouterr().out
+    assert "phases: base -> slurm -> pyxis -> slurm-start" in capsys.readouterr().out
     assert "SlurmctldHost=cv-training-head" in (out / "etc/slurm/slurm.conf").read_text()
     assert "apt_install munge slurmctld" in (out / "opt/gpuforge/phases/slurm.sh").read_text()
 
