@@ -13,18 +13,17 @@ served, denied or unreachable, the old value is kept and the report names the fi
 
 Files are written all or none: every file is rendered, parsed back with the catalog loader,
 staged next to its target, and only then swapped in (with a rollback if a swap fails).
+
+This module merges and checks: what the APIs answered into the catalog's rows, bounded against
+the previous snapshot. The AWS calls are in aws_reads.py, the writing in writer.py.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-import os
 import re
-import shutil
 import tempfile
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,13 +31,13 @@ from typing import Any
 
 import yaml
 
-from gpuforge.common.errors import EXIT_CHECKS_FAILED, GpuforgeError, InputError
+from gpuforge.common.errors import EXIT_CHECKS_FAILED, GpuforgeError
 from gpuforge.core.catalog import CATALOG_DIR, load_catalog
+from gpuforge.core.catalog import aws_reads as aws
+from gpuforge.core.catalog.aws_reads import ClientFactory
+from gpuforge.core.catalog.writer import meta_text, regions_text, write_all_or_none
 
-PRICING_REGION = "us-east-1"  # the Pricing API has endpoints in us-east-1 (and few others), not per region
-MAX_PAGES = 50  # every paginated call is bounded: a misbehaving endpoint cannot loop us forever
 COPIED_FILES = ("gpus.yaml", "regions.yaml", "storage_prices.yaml")
-_REGULAR_AZ_ID = re.compile(r"[a-z]+\d-az\d+")  # use1-az4; Local Zones look like usw2-lax1-az1
 _GBIT = re.compile(r"(?:(\d+)x\s*)?([\d.]+)\s*Gigabit", re.I)
 
 
@@ -79,80 +78,6 @@ class RefreshReport:
             "written": self.written,
             "items": [i.to_dict() for i in self.items],
         }
-
-
-ClientFactory = Callable[[str, str], Any]  # (service, region) -> boto3 client
-
-
-def _default_clients() -> ClientFactory:
-    import boto3
-    from botocore.config import Config
-    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
-
-    session = boto3.Session()
-    if session.get_credentials() is None:
-        raise InputError(
-            "catalog refresh needs AWS credentials and found none",
-            "run `aws configure` or `aws sso login`, or set AWS_PROFILE / AWS_ACCESS_KEY_ID",
-        )
-    # Bounded (issue 13 item 2): one call costs at most 2 x (5 + 20) s, and an endpoint that timed
-    # out or refused once is not asked again (its later calls fail at once and their fields are
-    # kept), so a stalled endpoint costs one call's bound, not one per region, type and page.
-    config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=20)
-    dead: dict[str, str] = {}
-
-    def make(service: str, region: str) -> Any:
-        client = session.client(service, region_name=region, config=config)  # type: ignore[call-overload]
-        url = str(client.meta.endpoint_url)
-
-        def before(**_: Any) -> None:
-            if url in dead:
-                raise EndpointConnectionError(endpoint_url=f"{url} (not asked again: {dead[url]})")
-
-        def after_error(exception: Exception, **_: Any) -> None:
-            if isinstance(exception, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError)):
-                dead.setdefault(url, str(exception))
-
-        client.meta.events.register("before-call", before)
-        client.meta.events.register("after-call-error", after_error)
-        return client
-
-    return make
-
-
-def _why(exc: Exception) -> str:
-    """One line for the report: what went wrong with the call, in words a user can act on."""
-    from botocore.exceptions import ClientError
-    from botocore.parsers import ResponseParserError
-
-    if isinstance(exc, ClientError):
-        err = exc.response.get("Error", {})
-        code = str(err.get("Code", "?"))
-        if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation"):
-            return f"{code}: not allowed for these credentials"
-        if code.isdigit():
-            return f"not served by this endpoint (HTTP {code})"
-        return f"{code}: {str(err.get('Message', ''))[:160]}"
-    if isinstance(exc, ResponseParserError):
-        return "not served by this endpoint (the reply was not an API response)"
-    return f"{type(exc).__name__}: {str(exc)[:160]}"
-
-
-def _api_errors() -> tuple[type[Exception], ...]:
-    from botocore.exceptions import BotoCoreError, ClientError
-    from botocore.parsers import ResponseParserError  # not a BotoCoreError: moto's HTML 500 on EC2 raises it
-
-    return (ClientError, BotoCoreError, ResponseParserError)
-
-
-def _pages(call: Callable[..., dict[str, Any]], key: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    token = None
-    for _ in range(MAX_PAGES):
-        page = call(**kwargs, **({"NextToken": token} if token else {}))
-        yield from page.get(key, [])
-        token = page.get("NextToken")
-        if not token:
-            return
 
 
 # --- instance facts -----------------------------------------------------------------------------
@@ -271,7 +196,7 @@ def refresh_catalog(
     now: datetime | None = None,
 ) -> RefreshReport:
     """Refresh the catalog in `source_dir` for `regions` and write it to `out_dir` (all files or none)."""
-    clients = clients or _default_clients()
+    clients = clients or aws.default_clients()
     now = now or datetime.now(timezone.utc)
     old = load_catalog(source_dir)
     report = RefreshReport(out_dir=Path(out_dir), regions=list(regions))
@@ -293,8 +218,8 @@ def refresh_catalog(
     texts = {
         "instance_types.csv": _write_csv(type_header, type_rows),
         "offerings.csv": _write_csv(off_header, off_rows),
-        "regions.yaml": _regions_text(source_dir / "regions.yaml", regions_doc),
-        "meta.yaml": _meta_text(source_dir / "meta.yaml", report, now),
+        "regions.yaml": regions_text(source_dir / "regions.yaml", regions_doc),
+        "meta.yaml": meta_text(source_dir / "meta.yaml", report, now),
     }
     for name in COPIED_FILES:
         texts.setdefault(name, (source_dir / name).read_text())
@@ -315,12 +240,12 @@ def _refresh_types(
             break
         try:
             ec2 = clients("ec2", region)
-            for entry in _pages(
+            for entry in aws.pages(
                 ec2.describe_instance_types, "InstanceTypes", Filters=[{"Name": "instance-type", "Values": missing}]
             ):
                 found.setdefault(entry["InstanceType"], entry)
-        except _api_errors() as exc:
-            errors.append(f"{region}: {_why(exc)}")
+        except aws.api_errors() as exc:
+            errors.append(f"{region}: {aws.why(exc)}")
     if not found:
         report.add("instance facts", "all types", "kept", "describe_instance_types: " + "; ".join(errors))
         return
@@ -353,12 +278,12 @@ def _refresh_offerings(
     now: datetime,
 ) -> list[dict[str, str]]:
     by_key = {(r["instance_type"], r["region"]): r for r in rows}
-    prices = _PriceLookup(clients, report)
+    prices = aws.PriceLookup(clients, report)
     for region in regions:
         ec2 = clients("ec2", region)
-        zones = _zones(ec2, region, report, regions_doc)
-        offered = _offered(ec2, region, names, zones, report)
-        spot = _spot(ec2, region, names, zones, report, now)
+        zones = aws.region_zones(ec2, region, report, regions_doc)
+        offered = aws.offered_az_ids(ec2, region, names, zones, report)
+        spot = aws.lowest_spot_prices(ec2, region, names, zones, report, now)
         for name in names:
             key = (name, region)
             row = by_key.get(key)
@@ -431,173 +356,6 @@ def _set_spot(row: dict[str, str], price: float | None, report: RefreshReport) -
     row["spot_usd_per_hour"] = "" if price is None else _fmt(price)
 
 
-def _zones(ec2: Any, region: str, report: RefreshReport, regions_doc: dict[str, Any]) -> dict[str, str] | None:
-    """AZ name -> AZ ID for the region's regular AZs; also refreshes regions.yaml's az_ids."""
-    try:
-        azs = ec2.describe_availability_zones()["AvailabilityZones"]
-    except _api_errors() as exc:
-        report.add("az_ids (region)", region, "kept", f"describe_availability_zones: {_why(exc)}")
-        return None
-    zones = {z["ZoneName"]: z["ZoneId"] for z in azs if z.get("ZoneType", "availability-zone") == "availability-zone"}
-    regions_doc["regions"][region]["az_ids"] = sorted(zones.values())
-    report.add("az_ids (region)", region, "refreshed", ",".join(sorted(zones.values())))
-    report.add("s3express_az_ids", region, "kept", "no API lists S3 Express One Zone AZs; carried over")
-    return zones
-
-
-def _offered(
-    ec2: Any, region: str, names: list[str], zones: dict[str, str] | None, report: RefreshReport
-) -> dict[str, set[str]] | None:
-    try:
-        entries = list(
-            _pages(
-                ec2.describe_instance_type_offerings,
-                "InstanceTypeOfferings",
-                LocationType="availability-zone-id",
-                Filters=[{"Name": "instance-type", "Values": names}],
-            )
-        )
-    except _api_errors() as exc:
-        report.add("az_ids", region, "kept", f"describe_instance_type_offerings: {_why(exc)}")
-        return None
-    regular = set(zones.values()) if zones is not None else None
-    out: dict[str, set[str]] = {}
-    for e in entries:
-        az = e["Location"]
-        if (regular is not None and az not in regular) or not _REGULAR_AZ_ID.fullmatch(az):
-            continue  # Local and Wavelength Zones are not places a cluster placement group goes
-        out.setdefault(e["InstanceType"], set()).add(az)
-    report.add("az_ids", region, "refreshed", f"{len(out)} of {len(names)} types offered")
-    return out
-
-
-def _spot(
-    ec2: Any, region: str, names: list[str], zones: dict[str, str] | None, report: RefreshReport, now: datetime
-) -> dict[str, float] | None:
-    if zones is None:
-        report.add("spot_usd_per_hour", region, "kept", "AZs unknown, so regular AZs cannot be told from Local Zones")
-        return None
-    try:
-        entries = list(
-            _pages(
-                ec2.describe_spot_price_history,
-                "SpotPriceHistory",
-                InstanceTypes=names,
-                ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
-                StartTime=now,
-            )
-        )
-    except _api_errors() as exc:
-        report.add("spot_usd_per_hour", region, "kept", f"describe_spot_price_history: {_why(exc)}")
-        return None
-    low: dict[str, float] = {}
-    for e in entries:
-        if e.get("AvailabilityZone") not in zones:
-            continue
-        price = float(e["SpotPrice"])
-        low[e["InstanceType"]] = min(price, low.get(e["InstanceType"], price))
-    report.add("spot_usd_per_hour", region, "refreshed", f"lowest regular-AZ price for {len(low)} types")
-    return low
-
-
-class _PriceLookup:
-    """On-demand Linux/shared-tenancy prices from the Pricing API; stops at the first refusal."""
-
-    def __init__(self, clients: ClientFactory, report: RefreshReport) -> None:
-        self._clients = clients
-        self._report = report
-        self._client: Any = None
-        self._failed: str | None = None
-        self._found = 0
-        self._missing: list[str] = []
-
-    def on_demand(self, name: str, region: str) -> float | None:
-        if self._failed is not None:
-            return None
-        filters = {
-            "instanceType": name,
-            "regionCode": region,
-            "operatingSystem": "Linux",
-            "tenancy": "Shared",
-            "preInstalledSw": "NA",
-            "capacitystatus": "Used",
-            "licenseModel": "No License required",
-        }
-        try:
-            if self._client is None:
-                self._client = self._clients("pricing", PRICING_REGION)
-            reply = self._client.get_products(
-                ServiceCode="AmazonEC2",
-                MaxResults=10,
-                Filters=[{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in filters.items()],
-            )
-        except _api_errors() as exc:
-            # One refusal means the API is unusable here; asking 160 more times would only be slow.
-            self._failed = f"pricing.get_products: {_why(exc)}"
-            return None
-        price = _usd_per_hour(reply.get("PriceList", []))
-        if price is None:
-            self._missing.append(f"{name} {region}")
-        else:
-            self._found += 1
-        return price
-
-    def summarise(self, regions: list[str]) -> None:
-        scope = ", ".join(regions)
-        if self._failed is not None:
-            self._report.add("on_demand_usd_per_hour", scope, "kept", self._failed)
-            return
-        self._report.add("on_demand_usd_per_hour", scope, "refreshed", f"{self._found} prices")
-        for key in self._missing:
-            self._report.add("on_demand_usd_per_hour", key, "kept", "no matching product in the Pricing API")
-
-
-def _usd_per_hour(price_list: list[Any]) -> float | None:
-    for item in price_list:
-        doc = json.loads(item) if isinstance(item, str) else item
-        for term in (doc.get("terms", {}).get("OnDemand") or {}).values():
-            for dim in (term.get("priceDimensions") or {}).values():
-                usd = (dim.get("pricePerUnit") or {}).get("USD")
-                if usd is not None and dim.get("unit", "Hrs") == "Hrs" and float(usd) > 0:
-                    return float(usd)
-    return None
-
-
-# --- writing ------------------------------------------------------------------------------------
-
-
-def _header_comments(path: Path) -> str:
-    lines = []
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line)
-    return "\n".join(lines) + "\n" if lines else ""
-
-
-def _dump_yaml(path: Path, doc: dict[str, Any]) -> str:
-    # The header comment says where the data comes from; keep it when the body is rewritten.
-    return _header_comments(path) + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100, default_flow_style=None)
-
-
-def _regions_text(path: Path, doc: dict[str, Any]) -> str:
-    # Unchanged AZ lists: keep the file byte for byte (its comments and layout), so a refresh diff shows news only.
-    return path.read_text() if yaml.safe_load(path.read_text()) == doc else _dump_yaml(path, doc)
-
-
-def _meta_text(path: Path, report: RefreshReport, now: datetime) -> str:
-    doc = yaml.safe_load(path.read_text())
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
-    doc["refreshed"] = {
-        "at": now.isoformat(timespec="seconds"),
-        "regions": report.regions,
-        "endpoint": endpoint or "AWS",
-        "refreshed": sorted({i.field for i in report.items if i.status in ("refreshed", "added", "removed")}),
-        "kept": [i.to_dict() for i in report.kept()],
-    }
-    return _dump_yaml(path, doc)
-
-
 def _check_loads(texts: dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="gpuforge-catalog-") as tmp:
         for name, text in texts.items():
@@ -609,41 +367,3 @@ def _check_loads(texts: dict[str, str]) -> None:
                 f"catalog refresh: the refreshed catalog would not load ({exc}); nothing was written",
                 "report this with the output of `--format json`",
             ) from None
-
-
-def write_all_or_none(files: dict[Path, str]) -> None:
-    """Write every file or none: stage each next to its target, then swap them in, undoing on failure.
-
-    This is common.results.atomic_write for a set of files: a single atomic_write per file would
-    leave a mixed old/new catalog if the third of five writes failed.
-    """
-    staged: dict[Path, Path] = {}
-    backups: dict[Path, Path] = {}
-    swapped: list[Path] = []
-    try:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            staged[path] = Path(tmp_name)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-        for path in files:
-            if path.exists():
-                fd, bak = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".bak")
-                os.close(fd)
-                shutil.copy2(path, bak)
-                backups[path] = Path(bak)
-        try:
-            for path, staged_file in staged.items():
-                os.replace(staged_file, path)
-                swapped.append(path)
-        except BaseException:
-            for path in swapped:  # put back what was there before this refresh
-                if path in backups:
-                    os.replace(backups.pop(path), path)
-                else:
-                    path.unlink(missing_ok=True)
-            raise
-    finally:
-        for leftover in [*staged.values(), *backups.values()]:
-            leftover.unlink(missing_ok=True)

@@ -21,7 +21,8 @@ import yaml
 
 from gpuforge.cli import main
 from gpuforge.core.catalog import CATALOG_DIR, load_catalog
-from gpuforge.core.catalog.refresh import RefreshError, refresh_catalog, write_all_or_none
+from gpuforge.core.catalog.refresh import RefreshError, refresh_catalog
+from gpuforge.core.catalog.writer import write_all_or_none
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 CATALOG_FILES = {"instance_types.csv", "offerings.csv", "gpus.yaml", "regions.yaml", "storage_prices.yaml", "meta.yaml"}
@@ -188,7 +189,7 @@ def test_write_all_or_none_rolls_back_a_failed_swap(tmp_path: Path, monkeypatch:
 def test_pricing_reply_parser() -> None:
     # moto has no Pricing backend, so the parser is tested on a PriceList item in the documented
     # get_products shape (a JSON string per product; hand-written here, not captured from AWS).
-    from gpuforge.core.catalog.refresh import _usd_per_hour
+    from gpuforge.core.catalog.aws_reads import usd_per_hour
 
     item = json.dumps(
         {
@@ -202,9 +203,9 @@ def test_pricing_reply_parser() -> None:
             },
         }
     )
-    assert _usd_per_hour([item]) == 21.9576
-    assert _usd_per_hour([json.dumps({"terms": {"OnDemand": {}}})]) is None
-    assert _usd_per_hour([]) is None
+    assert usd_per_hour([item]) == 21.9576
+    assert usd_per_hour([json.dumps({"terms": {"OnDemand": {}}})]) is None
+    assert usd_per_hour([]) is None
 
 
 def test_refresh_brings_network_cards_and_ena_express_from_the_api(aws_env: str, tmp_path: Path) -> None:
