@@ -15,7 +15,7 @@ import pytest
 
 from tests.cli.conftest import REPO, Gf
 
-CATALOG = REPO / "spec" / "catalog"
+CATALOG = REPO / "core" / "catalog"
 
 
 def _od(doc: dict[str, Any]) -> float:
