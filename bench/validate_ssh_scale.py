@@ -153,7 +153,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="16,64,256,1024")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tools", default=",".join(TOOLS), help="a subset of gpuforge,pdsh,clush (gpuforge always runs)")
     args = ap.parse_args()
+    tools = ("gpuforge", *(t for t in args.tools.split(",") if t in TOOLS and t != "gpuforge"))
     why = missing_requirements() or (None if shutil.which("pdsh") else "pdsh is not installed (apt-get install pdsh)")
     if why:
         print(f"error: cannot run the benchmark: {why}", file=sys.stderr)
@@ -167,11 +169,12 @@ def main() -> int:
         bed = LoopBed(n).up()
         work = Path(tempfile.mkdtemp(prefix="gf-scale-"))
         try:
-            rounds = [_round(bed, work, list(TOOLS[r % 3 :] + TOOLS[: r % 3])) for r in range(args.rounds)]
+            m = len(tools)
+            rounds = [_round(bed, work, list(tools[r % m :] + tools[: r % m])) for r in range(args.rounds)]
         finally:
             bed.down()
             shutil.rmtree(work, ignore_errors=True)
-        for tool in TOOLS:
+        for tool in tools:
             runs = [r[tool] for r in rounds]
             med = statistics.median
             ratio = med(r["gpuforge"].wall / r[tool].wall for r in rounds)
@@ -184,7 +187,7 @@ def main() -> int:
                      "yes" if ok else "NO: " + next(x.why for x in runs if not x.ok)[:120]]  # fmt: skip
             print(f"| {n} | {tool} | " + " | ".join(cells) + " |", flush=True)
         for k, r in enumerate(rounds):
-            print(f"  round {k + 1}: " + ", ".join(f"{t} {r[t].wall:.2f}/{r[t].first:.2f}" for t in TOOLS), flush=True)
+            print(f"  round {k + 1}: " + ", ".join(f"{t} {r[t].wall:.2f}/{r[t].first:.2f}" for t in tools), flush=True)
     return 0
 
 

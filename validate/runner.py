@@ -216,7 +216,7 @@ class Runner:
         stats = getattr(self.transport, "stats", None)
         if stats is not None:
             keys = ("capacity", "opened", "peak_live", "descriptor_waits", "stall_retries")
-            ctx["pool"] = {k: getattr(stats, k) for k in keys}
+            ctx["pool"] = {k: getattr(stats, k) for k in keys if hasattr(stats, k)}
         self.report.context["controller"] = ctx
         if lagged.max_stall_s >= LAG_FINDING_S:
             msg = (f"the controller fell behind: stalled up to {lagged.max_stall_s:.1f} s, {lagged.total_stall_s:.1f} s "

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,6 @@ from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Inventory, Node, load_inventory
 from gpuforge.validate.network.iperf import IperfSettings
 from gpuforge.validate.runner import Runner, RunOptions, RunResult
-from gpuforge.validate.ssh import SshTransport
 from gpuforge.validate.system import system_checks
 from gpuforge.validate.transport import LocalTransport, Timeouts, Transport
 
@@ -109,18 +110,22 @@ def _expectations(inv: Inventory, baseline: Path | None) -> Any:
 
 class _RichProgress:
     """A live bar on a terminal; plain lines when stderr is a pipe or a file (a CI log), where
-    rich would show nothing until the end."""
+    rich would show nothing until the end. rich is imported only for the bar: a CI log's first
+    result should not wait for it. Workers report from their own threads: one lock."""
 
     def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        self.lock = threading.Lock()
+        self.live = sys.stderr.isatty()
+        if self.live:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(stderr=True)
-        self.live = self.console.is_terminal
-        self.bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[note]}"), console=self.console, transient=False,
-        )  # fmt: skip
+            self.console = Console(stderr=True)
+            self.live = self.console.is_terminal
+            self.bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.fields[note]}"), console=self.console, transient=False,
+            )  # fmt: skip
         self.task: Any = None
         self.name, self.total, self.done = "", 0, 0
 
@@ -141,11 +146,12 @@ class _RichProgress:
             click.echo(f"validate {name}: {total} job(s) ...", err=True)
 
     def advance(self, note: str = "") -> None:
-        self.done += 1
-        if self.live and self.task is not None:
-            self.bar.update(self.task, advance=1, note=note)
-        elif not self.live:
-            click.echo(f"validate {self.name} {self.done}/{self.total}: {note}", err=True)
+        with self.lock:
+            self.done += 1
+            if self.live and self.task is not None:
+                self.bar.update(self.task, advance=1, note=note)
+            elif not self.live:
+                click.echo(f"validate {self.name} {self.done}/{self.total}: {note}", err=True)
 
 
 def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
@@ -170,6 +176,11 @@ def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
                 "list exactly the node you are on, or use --transport ssh",
             )
         return LocalTransport()
+    # paramiko imports invoke for ssh_config's `Match exec`, which gpuforge never reads; invoke
+    # brings unittest.mock and asyncio, ~0.2 s of CPU before the first result (bench/ssh_profile.py).
+    sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]
+    from gpuforge.validate.ssh import SshTransport
+
     # one live connection per node in flight: the pool never holds more than --workers
     return SshTransport(inv.ssh, timeouts, accept_new=accept_new, max_connections=workers)
 
