@@ -93,6 +93,12 @@ class Image(_Pin):
     image: str = Field(pattern=r"^[a-z0-9.-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$")
 
 
+class PinnedImage(Image):
+    """An image pinned by tag AND content digest (what `gpuforge poc` runs, by both)."""
+
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+
+
 class Dcgm(_Pin):
     package: str
     version: str
@@ -140,6 +146,7 @@ class Versions(BaseModel):
     dcgm: Dcgm
     cloudwatch_agent: CloudWatchAgent
     aws_cli_image: Image
+    poc_image: PinnedImage
     slurm: Slurm
     enroot: Download
     enroot_caps: Download

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "health-check": ("gpuforge.commands.health", "Slurm HealthCheckProgram: drain a failing node, resume it when healthy."),
     "stack": ("gpuforge.commands.stack", "List the project's stacks; create team stacks from the profiles."),
     "cost": ("gpuforge.commands.cost", "Hourly and monthly cost of a stack from the catalog."),
+    "poc": ("gpuforge.commands.poc", "Run the stack's POC workload on a node: images/s, QPS or paths/s, and its cost."),
     "doctor": ("gpuforge.commands.doctor", "Check this machine: Python, Pulumi CLI, AWS, SSH; each with a fix."),
 }
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
-from gpuforge.core.catalog import CATALOG_DIR
+from gpuforge.core.catalog import CATALOG_DIR, InstanceType
 from gpuforge.core.config import StackConfig
+from gpuforge.core.profiles import Profile
 
 HOURS_PER_MONTH = 730  # AWS prices GB-month storage over 730 hours
 HOURS_30_DAYS = 720
@@ -243,17 +244,9 @@ def stack_cost(cfg: StackConfig, node_count: int | None = None, data: PurchaseDa
     data = data or load_purchase_data()
     from gpuforge.core.catalog import load_catalog
 
-    offering = cfg.instance.offering(cfg.region)
-    od = offering.on_demand_usd_per_hour if offering else None
-    compute: dict[str, float | None] = {"on_demand": od, "spot": offering.spot_usd_per_hour if offering else None}
-    for key in ("1y", "3y"):
-        compute[key] = None if od is None else od * (1 - data.commitments[key].discount)
-    prices = load_catalog().storage.usd_per_gb_month
+    compute = compute_prices(cfg.instance, cfg.region, data)
     scaling = cfg.fleet.autoscaling
-    storage_gb_month = cfg.root_volume_gib * prices["gp3"]
-    dv = cfg.profile.storage.data_volume
-    if dv is not None:
-        storage_gb_month += dv.size_gib * prices[dv.type]
+    storage_gb_month = _storage_gb_month(cfg.root_volume_gib, cfg.profile, load_catalog().storage.usd_per_gb_month)
     return StackCost(
         stack=cfg.stack,
         profile=cfg.profile.name,
@@ -267,6 +260,41 @@ def stack_cost(cfg: StackConfig, node_count: int | None = None, data: PurchaseDa
         compute_per_node=compute,
         storage_per_node=storage_gb_month / HOURS_PER_MONTH,
         fixed=platform_items(cfg),
+    )
+
+
+def compute_prices(instance: InstanceType, region: str, data: PurchaseData) -> dict[str, float | None]:
+    """USD per node-hour under each option: the catalog's on-demand and spot, and the commitments."""
+    offering = instance.offering(region)
+    od = offering.on_demand_usd_per_hour if offering else None
+    compute: dict[str, float | None] = {"on_demand": od, "spot": offering.spot_usd_per_hour if offering else None}
+    for key in ("1y", "3y"):
+        compute[key] = None if od is None else od * (1 - data.commitments[key].discount)
+    return compute
+
+
+def _storage_gb_month(root_gib: int, profile: Profile, prices: dict[str, float]) -> float:
+    total = root_gib * prices["gp3"]
+    dv = profile.storage.data_volume
+    if dv is not None:
+        total += dv.size_gib * prices[dv.type]
+    return total
+
+
+def shape_cost(profile: Profile, instance: InstanceType, region: str, node_count: int,
+               data: PurchaseData | None = None) -> StackCost:
+    """A catalog shape (type x nodes) costed as `stack_cost` costs a stack of the profile, with the
+    profile's root and data volumes; a stack's fixed items (EKS, Slurm head, NAT) are left out, as
+    they are the same whichever shape runs the GPUs (`catalog suggest --results` compares shapes)."""
+    from gpuforge.core.catalog import load_catalog
+
+    data = data or load_purchase_data()
+    storage = _storage_gb_month(profile.storage.root_volume_gib, profile, load_catalog().storage.usd_per_gb_month)
+    return StackCost(
+        stack=f"{node_count}x {instance.name}", profile=profile.name, instance_type=instance.name, region=region,
+        node_count=node_count, gpus_per_node=instance.gpu_count,
+        role="training" if profile.bootstrap.recipe in TRAINING_RECIPES else "inference",
+        compute_per_node=compute_prices(instance, region, data), storage_per_node=storage / HOURS_PER_MONTH,
     )
 
 

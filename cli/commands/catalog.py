@@ -168,9 +168,21 @@ def show_cmd(instance_type: str, fmt: str, project_dir: Path) -> None:
 @click.option("--region", default=DEFAULT_REGION, show_default=True)
 @format_option
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Show the N best shapes.")
+@click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Rank by the workload's cost per epoch (or per 1M inferences, 1e9 paths): `gpuforge poc` results "
+                   "in DIR, NVIDIA's published figures for the shapes not measured.")
+@click.option("--html", "html_page", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --results: also write a self-contained page charting cost per unit and throughput per shape.")
 @project_dir_option
-def suggest_cmd(profile_name: str, region: str, fmt: str, top: int, project_dir: Path) -> None:
-    """Catalog shapes (type × nodes) for a profile's requirements: fit, gaps, price."""
+def suggest_cmd(profile_name: str, region: str, fmt: str, top: int, results_dir: Path | None, html_page: Path | None,
+                project_dir: Path) -> None:
+    """Catalog shapes (type × nodes) for a profile's requirements: fit, gaps, price.
+
+    With --results DIR, also ranks the shapes by what the profile's POC workload costs on them:
+    measured figures (`gpuforge poc --out DIR`) where a shape's type was measured on a GPU,
+    NVIDIA's published figures elsewhere, each labelled with what it was measured on. CPU and
+    --quick runs are listed, never ranked.
+    """
     from gpuforge.core.profiles import UnknownProfileError, load_profile
     from gpuforge.core.resolver import ResolveError, resolve
 
@@ -187,6 +199,16 @@ def suggest_cmd(profile_name: str, region: str, fmt: str, top: int, project_dir:
     except ResolveError as exc:
         raise InputError(f"{profile.name}: requirements.gpu_model: {exc}", "use a GPU model from gpus.yaml") from None
     shown = ranked[:top]
+    ranking = None
+    if results_dir is not None:
+        ranking = _workload_ranking(profile, region, results_dir)
+    elif html_page is not None:
+        raise InputError("--html: needs --results DIR (the page charts the workload ranking)",
+                         "add --results DIR (an empty folder ranks by published figures alone)")
+    if html_page is not None and ranking is not None:
+        from gpuforge.pocreport import write_page
+
+        write_page(ranking, html_page)
     if fmt == "json":
         doc = {
             "profile": profile.name,
@@ -196,9 +218,80 @@ def suggest_cmd(profile_name: str, region: str, fmt: str, top: int, project_dir:
             "candidates": [c.to_dict() for c in shown],
             "total_candidates": len(ranked),
         }
+        if ranking is not None:
+            doc["workload_ranking"] = _ranking_dict(ranking, top)
         click.echo(json.dumps(doc, indent=2))
         return
     _print_suggestions(profile.name, region, shown, len(ranked), fmt)
+    if ranking is not None:
+        _print_ranking(ranking, top, fmt)
+    if html_page is not None:
+        click.echo(f"report: {html_page}", err=True)
+
+
+def _workload_ranking(profile: Any, region: str, results_dir: Path) -> Any:
+    from gpuforge.core.pocrank import PROFILE_WORKLOAD, rank
+    from gpuforge.validate.checks import ParseError
+    from gpuforge.validate.poc import load_results
+
+    if profile.name not in PROFILE_WORKLOAD:
+        raise InputError(f"--results: profile {profile.name!r} has no POC workload",
+                         f"use one of {', '.join(PROFILE_WORKLOAD)}")
+    if not results_dir.is_dir():
+        raise InputError(f"--results: {results_dir} is not a directory", "pass the folder `gpuforge poc --out` wrote")
+    try:
+        docs = load_results(results_dir)
+    except ParseError as exc:
+        raise InputError(f"--results: {exc}", "remove or fix that file; results are `gpuforge poc` JSON files") from None
+    return rank(profile, region, docs)
+
+
+def _ranking_dict(r: Any, top: int) -> dict[str, Any]:
+    return {"workload": r.workload, "ranked_by": "cost per unit at on-demand prices",
+            "ranked": [s.to_dict() for s in r.ranked[:top]], "total_ranked": len(r.ranked),
+            "unranked": [s.to_dict() for s in r.unranked], "set_aside": [{"file": f, "why": w} for f, w in r.set_aside]}
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.2f}" if value >= 0.1 else f"{value:.4f}"
+
+
+def _print_ranking(r: Any, top: int, fmt: str) -> None:
+    from gpuforge.core.poccost import UNITS
+    from gpuforge.core.pocrank import FIGURE_UNITS
+
+    unit, words = UNITS[r.workload]
+    rows = Rows(f"{r.workload} on {r.profile}'s shapes in {r.region}: cost of {words} (cheapest first; "
+                f"{min(top, len(r.ranked))} of {len(r.ranked)} ranked)",
+                [Column("#", justify="right"), Column("shape"), Column("GPUs"), Column("fit"), Column("figure"),
+                 Column(FIGURE_UNITS[r.workload], justify="right"), Column("basis"), Column("time per " + unit, justify="right"),
+                 Column(f"$ per {unit} on-demand", justify="right"), Column(f"$ per {unit} spot", justify="right")])
+    sources: dict[tuple[str, str], None] = {}
+    for i, s in enumerate(r.ranked[:top], 1):
+        c, cost = s.candidate, s.cost
+        sources.setdefault((f"{s.label}: {s.system}", s.source))
+        rows.add(str(i), c.label, f"{c.gpus_total}×{c.gpu_model}", c.fit if c.fit == "exact" else f"{len(c.gaps)} gap(s)",
+                 s.label, f"{s.figure:,.1f}", s.basis, _seconds(cost.seconds_per_unit),
+                 _usd(cost.usd_per_unit["on_demand"]), _usd(cost.usd_per_unit["spot"]))
+    emit(rows, fmt)
+    prefix = "# " if fmt == "plain" else ""
+    for what, src in sources:
+        click.echo(f"{prefix}source: {what} <{src}>")
+    if r.unranked:
+        names = ", ".join(s.candidate.label for s in r.unranked)
+        click.echo(f"{prefix}not ranked (no measured or published figure, or no on-demand price): {names}")
+    for f, why in r.set_aside:
+        click.echo(f"{prefix}set aside: {f}: {why}")
+    click.echo(f"{prefix}measured = a `gpuforge poc` result on that instance type; published = NVIDIA's figure for the GPU, "
+               "on the system named (a DGX is not an EC2 shape); costs: the catalog's prices, as `gpuforge cost`")
+
+
+def _seconds(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    return f"{s / 60:.1f} min" if s >= 60 else f"{s:.1f} s"
 
 
 def _print_suggestions(profile: str, region: str, shown: list[Any], total: int, fmt: str) -> None:

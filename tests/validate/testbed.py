@@ -63,6 +63,10 @@ class Testbed:
     scenarios: dict[int, str] = field(default_factory=dict)  # host index -> replay scenario (sshd SetEnv)
     ports: dict[int, int] = field(default_factory=dict)  # host index -> sshd port (default 22)
     no_replay: set[int] = field(default_factory=set)  # hosts without the GPU tools: no nvidia-smi at all
+    # host index -> a folder mounted over /usr/local/sbin (first on sshd's PATH) instead of the replay
+    # tools over /usr/local/bin, which stays as it is: this machine's Python lives there (tests/poc: the
+    # docker stand-in, run by that Python; no nvidia-smi)
+    bin_dirs: dict[int, Path] = field(default_factory=dict)
     _created: list[tuple[str, ...]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -137,7 +141,9 @@ class Testbed:
             with cfg.open("a") as f:
                 f.write(f"SetEnv GPUFORGE_REPLAY_SCENARIO={self.scenarios[i]}\n")
         mounts = f"mount --bind {self.root}/home /root"
-        if i not in self.no_replay and REPLAY_DIR.is_dir() and any(p.is_file() for p in REPLAY_DIR.iterdir()):
+        if i in self.bin_dirs:
+            mounts += f" && mount --bind {self.bin_dirs[i]} /usr/local/sbin"
+        elif i not in self.no_replay and REPLAY_DIR.is_dir() and any(p.is_file() for p in REPLAY_DIR.iterdir()):
             mounts += f" && mount --bind {REPLAY_DIR} /usr/local/bin"
         script = f"hostname {host.name} && {mounts} && exec /usr/sbin/sshd -f {cfg} -E {host.dir}/sshd.log"
         _sh("ip", "netns", "exec", ns, "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script)
