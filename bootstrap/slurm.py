@@ -107,6 +107,8 @@ class SlurmLayout:
     node_addrs: dict[str, str] = field(default_factory=dict)  # NodeAddr per node, where names do not resolve
     slurmd_parameters: str | None = None  # SlurmdParameters (the test bed: config_overrides)
     pyxis: bool = False  # plugstack.conf includes the nodes' plugstack.conf.d (pyxis.conf, bootstrap pyxis phase)
+    cores: int | None = None  # CoresPerSocket= with Sockets inferred (EC2 publishes cores and threads, not sockets)
+    threads_per_core: int | None = None
     accounting: SlurmAccounting | None = None  # None: no slurmdbd (accounting_storage/none)
 
     @property
@@ -123,6 +125,8 @@ def layout_for(settings: SlurmSettings, gres_mode: GresMode) -> SlurmLayout:
         controller_addr=None,
         node_names=settings.node_names,
         cpus=settings.cpus,
+        cores=settings.cores,
+        threads_per_core=settings.threads_per_core,
         real_memory_mb=settings.real_memory_mb,
         gpu_type=settings.gpu_type,
         gpus_per_node=settings.gpus_per_node,

@@ -43,6 +43,8 @@ class SlurmSettings:
     head_instance_type: str
     node_names: tuple[str, ...]
     cpus: int  # CPUs= of each GPU node (vCPUs, as EC2 counts them)
+    cores: int | None  # physical cores (EC2 VCpuInfo.DefaultCores); None when the catalog lacks it
+    threads_per_core: int | None  # VCpuInfo.DefaultThreadsPerCore
     real_memory_mb: int
     gpu_type: str  # the gres type: the GPU family in lowercase, a substring of NVML's device name
     gpus_per_node: int
@@ -145,6 +147,8 @@ def slurm_settings(
         head_instance_type=slurm.head_instance_type,
         node_names=node_names,
         cpus=instance.vcpus,
+        cores=instance.cores,
+        threads_per_core=instance.threads_per_core,
         real_memory_mb=int(instance.memory_gib * 1024 * REAL_MEMORY_FRACTION),
         gpu_type=gres_type(gpu),
         gpus_per_node=instance.gpu_count,

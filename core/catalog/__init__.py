@@ -63,6 +63,10 @@ class InstanceType:
     card_peak_gbps: float
     ena_express: bool  # NetworkInfo.EnaSrdSupported
     offerings: dict[str, Offering] = field(default_factory=dict, compare=False, hash=False)
+    # VCpuInfo.DefaultCores / DefaultThreadsPerCore (None where the source does not list the type);
+    # EC2 publishes no socket count
+    cores: int | None = None
+    threads_per_core: int | None = None
 
     @property
     def efa(self) -> bool:
@@ -123,6 +127,10 @@ def did_you_mean(word: str, choices: Any) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _opt_int(text: str) -> int | None:
+    return int(text) if text.strip() else None
+
+
 def _opt_float(text: str) -> float | None:
     return float(text) if text.strip() else None
 
@@ -149,6 +157,8 @@ def _read_instance_types(path: Path) -> dict[str, InstanceType]:
                 card_baseline_gbps=float(row["card_baseline_gbps"]),
                 card_peak_gbps=float(row["card_peak_gbps"]),
                 ena_express=row["ena_express"] == "true",
+                cores=_opt_int(row.get("cores") or ""),
+                threads_per_core=_opt_int(row.get("threads_per_core") or ""),
             )
     return types
 

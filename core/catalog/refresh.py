@@ -124,9 +124,13 @@ def _facts(api: dict[str, Any], old: dict[str, str], gpu_family: str) -> tuple[d
         mib = (gpus[0].get("MemoryInfo") or {}).get("SizeInMiB")
         if mib:
             new["gpu_memory_gib"] = f"{mib / 1024:.2f}"
-    vcpu = (api.get("VCpuInfo") or {}).get("DefaultVCpus")
+    vcpu_info = api.get("VCpuInfo") or {}
+    vcpu = vcpu_info.get("DefaultVCpus")
     if vcpu:
         new["vcpus"] = str(vcpu)
+    for column, key in (("cores", "DefaultCores"), ("threads_per_core", "DefaultThreadsPerCore")):
+        if vcpu_info.get(key) and column in old:
+            new[column] = str(vcpu_info[key])
     mem = (api.get("MemoryInfo") or {}).get("SizeInMiB")
     if mem:
         new["memory_gib"] = _fmt(mem / 1024)

@@ -49,6 +49,7 @@ def test_refresh_from_moto_writes_a_loadable_catalog(aws_env: str, tmp_path: Pat
     assert (p4d.gpu_count, p4d.gpu_memory_gib, p4d.vcpus, p4d.memory_gib) == (8, 40.0, 96, 1152.0)
     assert (p4d.network_gbps, p4d.network_cards, p4d.efa_interfaces, p4d.nvme_count, p4d.nvme_gb_each) == (400, 4, 4, 8, 1000)
     assert cat.instance("g4dn.xlarge").network_gbps == 5  # "Up to 25 Gigabit": the card baseline
+    assert (p4d.cores, p4d.threads_per_core) == (48, 2)  # VCpuInfo: Slurm's CoresPerSocket/ThreadsPerCore
     # ... and what no API gives, carried over.
     assert (p4d.interconnect, p4d.gpudirect_rdma, p4d.gpu_model) == ("nvswitch", True, "A100")
     assert cat.instance("p4de.24xlarge").gpu_model == "A100-80GB"

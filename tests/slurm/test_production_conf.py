@@ -109,6 +109,10 @@ def test_slurmctld_reads_the_nodes_partition_and_switch_as_rendered(controller: 
     node = scontrol("show", "node", "cv-training-node03")
     for want in ("Gres=gpu:a100:8", "CfgTRES=cpu=96,mem=1120665M", "RealMemory=1120665", "Partitions=train"):
         assert want in node, node
+    # EC2's 48 cores x 2 threads of a p4de (catalog), not 96 one-thread sockets: CR_Core_Memory
+    # allocates cores, and a task's two hyperthreads are one core
+    for want in ("CPUTot=96", "CoresPerSocket=48", "ThreadsPerCore=2"):
+        assert want in node, node
     part = scontrol("show", "partition", "train")
     assert "Nodes=cv-training-node[01-04]" in part and "OverSubscribe=EXCLUSIVE" in part and "Default=YES" in part
     assert "SwitchName=cv-training-pg" in scontrol("show", "topology")

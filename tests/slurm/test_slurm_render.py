@@ -45,7 +45,8 @@ def test_nvml_where_the_pinned_slurm_has_the_plugin() -> None:
 def test_node_names_are_the_inventorys_and_the_placement_group_is_one_switch() -> None:
     files = _files("cv-training-24.04")
     conf = files["etc/slurm/slurm.conf"]
-    assert "NodeName=cv-training-node[01-04] CPUs=96 RealMemory=1120665 Gres=gpu:a100:8" in conf
+    assert ("NodeName=cv-training-node[01-04] CPUs=96 CoresPerSocket=48 ThreadsPerCore=2 RealMemory=1120665 "
+            "Gres=gpu:a100:8") in conf
     assert "PartitionName=train Nodes=cv-training-node[01-04] Default=YES" in conf
     assert "SlurmctldHost=cv-training-head\n" in conf
     assert files["etc/slurm/topology.conf"].splitlines()[-1] == "SwitchName=cv-training-pg Nodes=cv-training-node[01-04]"
