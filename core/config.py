@@ -5,7 +5,7 @@
 naming the key, the bad value and the fix. The same function runs inside `__main__.py` (real
 `pulumi up`) and in `gpuforge preview` before the program starts, so both refuse the same input.
 The rules that join several keys (network, egress, subnet size, bucket names, the EKS and spot
-combinations) are in core/config_rules.py.
+combinations, name lengths) are in core/config_rules.py.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from gpuforge.core.config_rules import (
     check_egress,
     check_eks_combinations,
     check_ena_express,
+    check_name_lengths,
     check_network,
     check_spot_interruption,
     check_subnet_size,
 )
 from gpuforge.core.fleet import FleetConfig, check_gpu_quota, parse_fleet
 from gpuforge.core.kubernetes.settings import KubernetesSettings, kubernetes_settings
-from gpuforge.core.limits import limit
 from gpuforge.core.mirror import Mirror, MirrorError, parse_mirror
 from gpuforge.core.profiles import Profile, UnknownProfileError, load_profile, profile_names
 from gpuforge.core.scheduler import SlurmSettings, slurm_settings
@@ -319,7 +319,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
     fleet = _fleet(parsed, instance, region, catalog, node_count)
     check_subnet_size(parsed, instance, fleet.max_nodes(node_count))
     check_egress(parsed, instance, fleet)
-    _check_name_lengths(parsed, stack, node_count, fleet)
+    check_name_lengths(parsed, stack, node_names(stack, node_count), fleet)
 
     return StackConfig(
         stack=stack,
@@ -357,46 +357,6 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         mirror=_mirror(parsed.mirror),
         slurm=slurm_settings(parsed, stack, profile, instance, catalog.gpu(instance), node_names(stack, node_count)),
     )
-
-
-def iam_role_names(stack: str, kubernetes: str, scheduler: str, boots_gpuforge_nodes: bool) -> tuple[str, ...]:
-    """The logical names of the IAM roles the program declares for a stack (components/compute.py,
-    slurmhead.py, kubernetes/eks.py). A role's physical name is its logical name plus Pulumi's
-    autoname suffix; tests/aws/test_refuse_before_resources.py checks this list against the graph."""
-    names = []
-    if boots_gpuforge_nodes:
-        names.append(f"{stack}-role")
-    if scheduler == "slurm":
-        names.append(f"{stack}-head-role")
-    if kubernetes == "eks":
-        names += [f"{stack}-eks-cluster", f"{stack}-eks-node", f"{stack}-eks-storage"]
-    return tuple(names)
-
-
-def _check_name_lengths(parsed: RawStackConfig, stack: str, node_count: int, fleet: FleetConfig) -> None:
-    """Names AWS would refuse mid-deploy: IAM role names (logical name + autoname suffix) and the
-    nodes' hostnames (one DNS label, from the Name tag; Auto Scaling members append their id)."""
-    role_max, suffix = limit("iam_role_name_chars"), limit("pulumi_autoname_suffix_chars")
-    boots = parsed.kubernetes != "eks" or fleet.autoscaling is not None
-    roles = iam_role_names(stack, parsed.kubernetes, parsed.scheduler, boots)
-    longest = max(roles, key=len, default="")
-    if len(longest) + suffix.value > role_max.value:
-        room = role_max.value - suffix.value - (len(longest) - len(stack))
-        raise ConfigError(
-            "stack", f"{stack!r} is {len(stack)} characters: the IAM role {longest!r} plus Pulumi's {suffix.value}-character "
-            f"autoname suffix passes IAM's {role_max.value} ({role_max.source})",
-            f"use a stack name of at most {room} characters",
-        )
-    label = limit("hostname_label_chars")
-    if boots and parsed.kubernetes != "eks":
-        # an Auto Scaling member names itself <stack>-node-<instance id> (components/autoscaling.py)
-        host = f"{stack}-node-i-0123456789abcdef0" if fleet.autoscaling is not None else node_names(stack, node_count)[-1]
-        if len(host) > label.value:
-            raise ConfigError(
-                "stack", f"{stack!r} makes the node hostname {host!r} {len(host)} characters; a hostname label "
-                f"holds {label.value} ({label.source})",
-                f"use a stack name of at most {label.value - (len(host) - len(stack))} characters",
-            )
 
 
 def _mirror(items: tuple[str, ...]) -> Mirror:

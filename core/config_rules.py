@@ -3,8 +3,9 @@ refuse at deploy time, accept and silently ignore, or that open more than the op
 
 `parse_stack_config` (core/config.py) runs them, in this order, after the schema check and before
 it resolves the stack: network (CIDRs, ids, public SSH), ENA Express, bucket names, the EKS and
-spot combinations, the subnet's size, the nodes' way out. Each raises `ConfigError` naming the key
-and the fix; each cites the rule it follows (docs/aws-constraints.md lists them with their tests).
+spot combinations, the subnet's size, the nodes' way out, the lengths of the names AWS limits.
+Each raises `ConfigError` naming the key and the fix; each cites the rule it follows
+(docs/aws-constraints.md lists them with their tests).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gpuforge.core.addressing import (
 from gpuforge.core.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name, directory_bucket_name
 from gpuforge.core.catalog import InstanceType
 from gpuforge.core.fleet import FleetConfig
+from gpuforge.core.limits import limit
 
 if TYPE_CHECKING:  # core/config.py imports this module; the schema is only a type here
     from gpuforge.core.config import RawStackConfig
@@ -239,3 +241,43 @@ def check_egress(parsed: RawStackConfig, instance: InstanceType, fleet: FleetCon
     if not parsed.natGateway and not parsed.mirror:
         raise ConfigError(f"{PROJECT}:natGateway", "is false, but bootstrap downloads packages from the internet",
                           f"keep natGateway: true, or set {PROJECT}:mirror to a package mirror the nodes reach")
+
+
+def iam_role_names(stack: str, kubernetes: str, scheduler: str, boots_gpuforge_nodes: bool) -> tuple[str, ...]:
+    """The logical names of the IAM roles the program declares for a stack (components/compute.py,
+    slurmhead.py, kubernetes/eks.py). A role's physical name is its logical name plus Pulumi's
+    autoname suffix; tests/aws/test_refuse_before_resources.py checks this list against the graph."""
+    names = []
+    if boots_gpuforge_nodes:
+        names.append(f"{stack}-role")
+    if scheduler == "slurm":
+        names.append(f"{stack}-head-role")
+    if kubernetes == "eks":
+        names += [f"{stack}-eks-cluster", f"{stack}-eks-node", f"{stack}-eks-storage"]
+    return tuple(names)
+
+
+def check_name_lengths(parsed: RawStackConfig, stack: str, nodes: tuple[str, ...], fleet: FleetConfig) -> None:
+    """Names AWS would refuse mid-deploy: IAM role names (logical name + autoname suffix) and the
+    nodes' hostnames (one DNS label, from the Name tag; Auto Scaling members append their id)."""
+    role_max, suffix = limit("iam_role_name_chars"), limit("pulumi_autoname_suffix_chars")
+    boots = parsed.kubernetes != "eks" or fleet.autoscaling is not None
+    roles = iam_role_names(stack, parsed.kubernetes, parsed.scheduler, boots)
+    longest = max(roles, key=len, default="")
+    if len(longest) + suffix.value > role_max.value:
+        room = role_max.value - suffix.value - (len(longest) - len(stack))
+        raise ConfigError(
+            "stack", f"{stack!r} is {len(stack)} characters: the IAM role {longest!r} plus Pulumi's {suffix.value}-character "
+            f"autoname suffix passes IAM's {role_max.value} ({role_max.source})",
+            f"use a stack name of at most {room} characters",
+        )
+    label = limit("hostname_label_chars")
+    if boots and parsed.kubernetes != "eks":
+        # an Auto Scaling member names itself <stack>-node-<instance id> (components/autoscaling.py)
+        host = f"{stack}-node-i-0123456789abcdef0" if fleet.autoscaling is not None else nodes[-1]
+        if len(host) > label.value:
+            raise ConfigError(
+                "stack", f"{stack!r} makes the node hostname {host!r} {len(host)} characters; a hostname label "
+                f"holds {label.value} ({label.source})",
+                f"use a stack name of at most {label.value - (len(host) - len(stack))} characters",
+            )

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpuforge.common.errors import ConfigError
-from gpuforge.core.config import iam_role_names, parse_stack_config
+from gpuforge.core.config import parse_stack_config
+from gpuforge.core.config_rules import iam_role_names
 from gpuforge.core.limits import limit
 from gpuforge.preview import run_preview
 from tests.aws.conftest import OPERATOR_CIDR, ROOT, created, eks_config, pulumi_up
