@@ -200,6 +200,12 @@ class SlurmBed:
         # (/run/munge is munge's own directory; created empty when missing, and left.)
         Path("/run/munge").mkdir(exist_ok=True)
         _sh("nsenter", "-t", str(h.sshd_pid), "-m", "mount", "--bind", str(self.root / "munge"), "/run/munge")
+        # slurmd links /run/slurm/conf to its conf-cache, where a node's scontrol/srun find the files
+        # (read_config.c _establish_config_source): each host its own /run/slurm, as on a node
+        # (the machine's /run/slurm is made empty when missing, and left).
+        (h.dir / "run-slurm").mkdir(exist_ok=True)
+        Path("/run/slurm").mkdir(exist_ok=True)
+        _sh("nsenter", "-t", str(h.sshd_pid), "-m", "mount", "--bind", str(h.dir / "run-slurm"), "/run/slurm")
         _sh("nsenter", "-t", str(h.sshd_pid), "-n", "-u", "-m", "slurmd", "--conf-server",
             f"{self.controller_addr}:{self.port}", "-N", h.name,
             env={"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})  # fmt: skip

@@ -10,6 +10,8 @@ SOURCES.md); node2's "missing GPU" capture is the derived one (a GPU row deleted
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,10 +240,15 @@ def test_the_self_check_fails_a_node_whose_slurmd_has_not_registered(bed: SlurmB
     lines = phase[phase.index('slurm_state=""'):phase.index(end) + len(end)]
 
     def self_check(name: str) -> list[str]:
+        """On node1 as a node runs it: its namespaces, no SLURM_CONF (scontrol finds the files
+        through the /run/slurm/conf link its slurmd made); `name` stands for the node's hostname."""
         script = ("set -euo pipefail\nmiss=()\nobserve() { echo \"observed $*\"; }\nsleep() { :; }\n"
                   f"hostname() {{ echo {name}; }}\n{lines}"
                   'for m in "${miss[@]}"; do echo "miss: $m"; done\n')  # fmt: skip
-        run = bed.client("bash", "-c", script, timeout=120)
+        pid = str(bed.tb.hosts[0].sshd_pid)
+        env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+        run = subprocess.run(["nsenter", "-t", pid, "-n", "-u", "-m", "bash", "-c", script], env=env,
+                             capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
         return run.stdout.splitlines()
 
     assert self_check("node1") == ["observed slurm_node IDLE"]
