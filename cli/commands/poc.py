@@ -75,6 +75,9 @@ def _gpu_share(cfg: Any) -> str | None:
 @click.option("--slurm-partition", default=None)
 @click.option("--timeout", "timeout_s", type=click.FloatRange(10, 7200), default=900.0, show_default=True,
               help="Bound on the whole run on the node (pull, warm-up, measurement).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="EKS stacks: run the workload as a Kubernetes Job with one GPU share, through this kubeconfig.")
+@click.option("--namespace", default=None, help="Namespace of the Job (default: the device plugin's).")
 @click.option("--quick", is_flag=True, help="A smoke run at tiny sizes: proves the path; never ranked.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the result JSON goes (default: ./gpuforge-poc/<UTC time>).")
@@ -83,7 +86,8 @@ def _gpu_share(cfg: Any) -> str | None:
 def command(stack: str, workload: str | None, inventory_path: str | None, discover: bool, region: str | None,
             node_name: str | None, ssh_user: str | None, ssh_key: str | None, known_hosts: str | None,
             accept_new_host_keys: bool, transport_kind: str, slurm_partition: str | None, timeout_s: float,
-            quick: bool, out: Path | None, fmt: str, project_dir: Path) -> None:
+            kubeconfig: Path | None, namespace: str | None, quick: bool, out: Path | None, fmt: str,
+            project_dir: Path) -> None:
     """Run the stack's proof-of-concept workload on one node and cost it.
 
     \b
@@ -108,29 +112,44 @@ def command(stack: str, workload: str | None, inventory_path: str | None, discov
     if workload is None:
         raise InputError(f"--workload: profile {cfg.profile.name!r} has no default POC workload",
                          f"pass --workload ({', '.join(WORKLOADS)})")
-    if inventory_path is None and not discover:
-        raise InputError("pass --inventory FILE (the stack's `pulumi stack output --json inventory`) or --discover",
-                         f"e.g. pulumi stack output --json inventory --stack {name} > inv.json")
-    inv = _load(inventory_path, name if discover else None, region,
-                {"user": ssh_user, "key_file": ssh_key, "known_hosts": known_hosts})
-    try:
-        node = inv.node(node_name) if node_name else inv.nodes[0]
-    except KeyError:
-        raise InputError(f"--node: {node_name!r} is not in the inventory",
-                         f"use one of {', '.join(n.name for n in inv.nodes)}") from None
     pin = load_versions().poc_image
     image = Image(pin.image, pin.digest, pin.source)
     out = out or Path("gpuforge-poc") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    transport = _transport(transport_kind, inv.model_copy(update={"nodes": [node]}), accept_new_host_keys,
-                           Timeouts(), slurm_partition)
-    try:
-        gpus, gpu_name, no_gpu = _probe_gpus(transport, node)
-        facts = NodeFacts(node.instance_type or cfg.instance.name, gpus, cfg.node_count, _gpu_share(cfg))
-        extra = QUICK_ARGS[workload] if quick else DEFAULT_ARGS[workload]
-        cmd = node_command(workload, image, facts, mirror_location=cfg.mirror.get("nvcr.io"), extra=extra)
-        result = judge(transport.run(node, cmd, timeout_s), workload)
-    finally:
-        transport.close()
+    extra = QUICK_ARGS[workload] if quick else DEFAULT_ARGS[workload]
+    mirror = cfg.mirror.get("nvcr.io")
+    if kubeconfig is not None:
+        from gpuforge.core.kubernetes.settings import GPU_NODE_LABEL, defaults
+        from gpuforge.validate.pocjob import run_job
+
+        transport_kind, gpu_name, no_gpu = "kubernetes-job", None, None
+        gpus = 1  # one GPU share, as a pod of the stack gets it
+        facts = NodeFacts(cfg.instance.name, 1, cfg.node_count, _gpu_share(cfg))
+        ns = namespace or str(defaults()["device_plugin"]["namespace"])
+        result = judge(run_job(str(kubeconfig), ns, workload, image, facts, mirror_location=mirror, extra=extra,
+                               timeout_s=timeout_s, node_selector={GPU_NODE_LABEL: "true"}), workload)
+        node_label = result.node
+    else:
+        if inventory_path is None and not discover:
+            raise InputError("pass --inventory FILE (the stack's `pulumi stack output --json inventory`), --discover, "
+                             "or --kubeconfig for an EKS stack",
+                             f"e.g. pulumi stack output --json inventory --stack {name} > inv.json")
+        inv = _load(inventory_path, name if discover else None, region,
+                    {"user": ssh_user, "key_file": ssh_key, "known_hosts": known_hosts})
+        try:
+            node = inv.node(node_name) if node_name else inv.nodes[0]
+        except KeyError:
+            raise InputError(f"--node: {node_name!r} is not in the inventory",
+                             f"use one of {', '.join(n.name for n in inv.nodes)}") from None
+        transport = _transport(transport_kind, inv.model_copy(update={"nodes": [node]}), accept_new_host_keys,
+                               Timeouts(), slurm_partition)
+        try:
+            gpus, gpu_name, no_gpu = _probe_gpus(transport, node)
+            facts = NodeFacts(node.instance_type or cfg.instance.name, gpus, cfg.node_count, _gpu_share(cfg))
+            cmd = node_command(workload, image, facts, mirror_location=mirror, extra=extra)
+            result = judge(transport.run(node, cmd, timeout_s), workload)
+        finally:
+            transport.close()
+        node_label = node.name
     notes = [no_gpu] if no_gpu else []
     cost: dict[str, Any] | None = None
     line = None
@@ -143,13 +162,13 @@ def command(stack: str, workload: str | None, inventory_path: str | None, discov
         notes.append(wc.scaling)
     doc = result.to_dict() | {
         "run": {"stack": name, "profile": cfg.profile.name, "transport": transport_kind, "quick": quick,
-                "gpus_seen": gpus, "gpu_name_seen": gpu_name, "image": image.pull_ref(cfg.mirror.get("nvcr.io")),
+                "gpus_seen": gpus, "gpu_name_seen": gpu_name, "image": image.pull_ref(mirror),
                 "timeout_s": timeout_s},
         "cost": cost,
         "label": _label(result, quick),
     }
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}-{node.name}-{workload}.json"
+    path = out / f"{name}-{node_label}-{workload}.json"
     atomic_write(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if fmt == "json":
         click.echo(json.dumps(doc | {"notes": doc.get("notes", []) + notes, "file": str(path)}, indent=2, sort_keys=True))

@@ -164,3 +164,33 @@ def test_poc_over_ssh_on_a_network_namespace_test_host(tmp_path: Path) -> None:
     assert doc["provenance"]["host"] == "node1" and doc["run"]["transport"] == "ssh"
     [asked] = [json.loads(ln) for ln in log.read_text().splitlines()]
     assert asked["image"].endswith(load_versions().poc_image.digest)
+
+
+@needs_torch
+def test_poc_as_a_kubernetes_job_on_an_eks_stack(tmp_path: Path) -> None:
+    """--kubeconfig: the real kubernetes client against the API stand-in of tests/poc/kubeapi.py, whose
+    stand-in kubelet runs the Job's container command with this machine's torch."""
+    from tests.k8s.fake_api import write_kubeconfig
+    from tests.poc.kubeapi import NODE, Cluster, serve
+
+    cluster = Cluster()
+    with serve(cluster) as url:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
+        proc = _gpuforge("poc", "--stack", "nlp-inference", "--kubeconfig", str(kubeconfig), "--workload", "mc-fp64",
+                         "--quick", "--out", str(tmp_path / "out"), "--format", "plain", env=dict(child_env(tmp_path)),
+                         cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{NODE}\tmc-fp64\tok\t" in proc.stdout and "# cost of 1e9 paths: $" in proc.stdout
+    [job] = cluster.jobs.values()
+    pod = job["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    pin = load_versions().poc_image
+    assert c["image"] == f"{pin.image}@{pin.digest}" and c["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert c["command"][:2] == ["python", "/gpuforge/poc_workloads.py"]
+    assert pod["nodeSelector"] == {"gpuforge.io/gpu": "true"} and job["spec"]["activeDeadlineSeconds"] == 900
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["GPUFORGE_POC_GPU_SHARE"].startswith("time-slicing")
+    assert sorted(cluster.deleted) == sorted([f"job/{job['metadata']['name']}", f"configmap/{job['metadata']['name']}"])
+    [doc] = load_results(tmp_path / "out")
+    assert doc["run"]["transport"] == "kubernetes-job" and doc["node"] == NODE
+    assert doc["provenance"]["gpu_share"].startswith("time-slicing")
