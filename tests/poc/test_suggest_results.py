@@ -103,3 +103,35 @@ def test_a_broken_result_file_is_one_error_line(tmp_path: Path) -> None:
     res = _suggest_main("--profile", "cv-training", "--results", str(tmp_path))
     assert res.returncode == 2 and res.stderr.startswith("error: --results:") and "bad.json" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_the_ranking_page_renders_in_chromium_with_a_bar_per_shape(tmp_path: Path) -> None:
+    """Debian's chromium through playwright (as tests/cli/test_html_report.py): the bars have a size
+    in proportion to their value, nothing is fetched, the page raises no error."""
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("Debian's chromium is not installed (scripts/setup.sh --with-test-hosts installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    page_path = tmp_path / "ranking.html"
+    res = _suggest("--profile", "cv-training", "--results", str(tmp_path), "--html", str(page_path), "--format", "json")
+    assert res.exit_code == 0, res.output
+    costs = {r["shape"]: r["cost"]["usd_per_unit"]["on_demand"] for r in json.loads(res.output)["workload_ranking"]["ranked"]}
+    problems: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(chromium), headless=True, args=["--no-sandbox"])
+        try:
+            page = b.new_page(viewport={"width": 1280, "height": 900})
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("request", lambda r: problems.append(f"network: {r.url}") if not r.url.startswith("file:") else None)
+            page.goto(page_path.as_uri(), wait_until="load")
+            page.screenshot(path=str(tmp_path / "ranking.png"), full_page=True)
+            widths = page.eval_on_selector_all(
+                "rect.bar.cost", "els => els.map(e => [e.dataset.shape, e.getBoundingClientRect().width])")
+        finally:
+            b.close()
+    assert problems == []
+    assert [s for s, _ in widths] == list(costs)  # cheapest first, as ranked
+    drawn = dict(widths)
+    widest = max(costs.values())
+    for shape, usd in costs.items():  # bar length in proportion to its cost
+        assert drawn[shape] == pytest.approx(drawn[max(costs, key=lambda k: costs[k])] * usd / widest, rel=0.02)
