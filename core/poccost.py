@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuforge.core.catalog import GpuModel
 from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, StackCost
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
@@ -119,6 +120,21 @@ def workload_cost(tp: Throughput, sc: StackCost, purchase_option: str) -> Worklo
         scaling = f"figure from {on}, taken as one GPU's rate; the stack's {gpus} GPUs each serve independently"
     return WorkloadCost(tp.workload, UNITS[tp.workload][0], rate, seconds, usd, PURCHASE_TO_OPTION[purchase_option],
                         purchase_option, scaling)
+
+
+def fp64_ratio(doc: dict[str, Any], gpu: GpuModel | None) -> dict[str, Any]:
+    """mc-fp64: the counted FP64 rate of one GPU against that GPU's FP64 peak in the catalog
+    (catalog/gpus.yaml, NVIDIA datasheets; the vector peak, not the FP64 tensor-core one: the kernel
+    is element-wise). No ratio for a CPU run or a GPU the catalog gives no FP64 peak."""
+    counted = float(doc["result"]["counted_fp64_gflops"])
+    kind = ((doc.get("provenance") or {}).get("device") or {}).get("kind")
+    if kind != "cuda":
+        return {"counted_gflops": counted, "peak_tflops": None, "ratio": None, "why": "CPU run: no GPU peak to compare"}
+    if gpu is None or gpu.fp64_tflops is None:
+        name = gpu.name if gpu else "this GPU"
+        return {"counted_gflops": counted, "peak_tflops": None, "ratio": None, "why": f"the catalog has no FP64 peak for {name}"}
+    return {"counted_gflops": counted, "peak_tflops": gpu.fp64_tflops, "ratio": counted / (gpu.fp64_tflops * 1000),
+            "why": f"catalog gpus.yaml {gpu.name} fp64_tflops"}
 
 
 def cost_line(wc: WorkloadCost) -> str:

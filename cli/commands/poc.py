@@ -151,6 +151,7 @@ def command(stack: str, workload: str | None, inventory_path: str | None, discov
             transport.close()
         node_label = node.name
     notes = [no_gpu] if no_gpu else []
+    fp64: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
     line = None
     if result.status == "ok":
@@ -160,11 +161,23 @@ def command(stack: str, workload: str | None, inventory_path: str | None, discov
             notes.append("CPU run: the cost is what this run's speed would cost on the stack; it says nothing "
                          "about the stack's GPUs and is never ranked")
         notes.append(wc.scaling)
+        if workload == "mc-fp64":
+            from gpuforge.core.catalog import load_catalog
+            from gpuforge.core.poccost import fp64_ratio
+
+            catalog = load_catalog()
+            itype = facts.instance_type or cfg.instance.name
+            peak = fp64_ratio(result.doc, catalog.gpu(catalog.instance_types[itype]) if itype in catalog.instance_types else None)
+            fp64 = peak
+            notes.append(f"FP64: {peak['counted_gflops']:g} counted GFLOP/s per GPU" + (
+                f" = {peak['ratio']:.2%} of the {peak['peak_tflops']:g} TFLOPS peak ({peak['why']})" if peak["ratio"] is not None
+                else f"; no ratio: {peak['why']}"))
     doc = result.to_dict() | {
         "run": {"stack": name, "profile": cfg.profile.name, "transport": transport_kind, "quick": quick,
                 "gpus_seen": gpus, "gpu_name_seen": gpu_name, "image": image.pull_ref(mirror),
                 "timeout_s": timeout_s},
         "cost": cost,
+        "fp64_peak": fp64,
         "label": _label(result, quick),
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -85,3 +85,19 @@ def test_figures_come_from_the_result_document_with_their_scope() -> None:
     cpu = throughput_from_result({"workload": "resnet50-train", "result": {"images_per_s": 3.0, "ranks": 1},
                                   "provenance": {"device": {"kind": "cpu"}}})
     assert cpu.measured_on == "1 CPU process(es)"
+
+
+def test_fp64_ratio_is_against_the_catalogs_vector_peak_and_never_for_a_cpu_run() -> None:
+    from gpuforge.core.catalog import load_catalog
+    from gpuforge.core.poccost import fp64_ratio
+
+    cat = load_catalog()
+    v100 = cat.gpu(cat.instance_types["p3dn.24xlarge"])  # V100-32GB: fp64_tflops 7.8 (gpus.yaml)
+    # an input figure for the arithmetic, not a measurement: 97.5 counted GFLOP/s
+    gpu_doc = {"result": {"counted_fp64_gflops": 97.5}, "provenance": {"device": {"kind": "cuda"}}}
+    r = fp64_ratio(gpu_doc, v100)
+    assert r["peak_tflops"] == 7.8 and r["ratio"] == pytest.approx(97.5 / 7800)
+    cpu = fp64_ratio({"result": {"counted_fp64_gflops": 0.03}, "provenance": {"device": {"kind": "cpu"}}}, v100)
+    assert cpu["ratio"] is None and cpu["why"].startswith("CPU run")
+    a10g = cat.gpu(cat.instance_types["g5.xlarge"])  # no NVIDIA datasheet for the AWS-only A10G: null peak
+    assert fp64_ratio(gpu_doc, a10g)["why"] == "the catalog has no FP64 peak for A10G"

@@ -160,6 +160,7 @@ def test_poc_over_ssh_on_a_network_namespace_test_host(tmp_path: Path) -> None:
         bed.down()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "\tmc-fp64\tok\t" in proc.stdout and "# cost of 1e9 paths: $" in proc.stdout
+    assert "counted GFLOP/s per GPU; no ratio: CPU run: no GPU peak to compare" in proc.stdout
     [doc] = load_results(out)
     assert doc["provenance"]["host"] == "node1" and doc["run"]["transport"] == "ssh"
     [asked] = [json.loads(ln) for ln in log.read_text().splitlines()]
