@@ -174,3 +174,32 @@ def test_a_nodes_name_resolves_to_its_private_ip_not_127_0_1_1(tmp_path: Path) -
     lines = (tmp_path / "etc" / "hosts").read_text().splitlines()
     mine = [ln.split()[0] for ln in lines if not ln.startswith("#") and "cv-training-node01" in ln.split()[1:]]
     assert mine == ["10.0.0.6"]
+
+
+def test_the_node_reads_every_hosts_parameter_and_waits_for_all_of_them(tmp_path: Path) -> None:
+    """At 256 nodes the names span three parameters (finding 7): the rendered loop joins them in
+    order, and while one is missing (deploy time writes them once every instance exists) it waits.
+    The rendered lines run as they are; ssm_get, lib.sh's SSM reader (tests/bootstrap/test_ngc_sigv4.py
+    checks its request against botocore), answers from files here."""
+    cfg = slurm_stack("cv-training", nodeCount="256")
+    assert cfg.slurm is not None and len(cfg.slurm.hosts_parameters) == 3
+    phase = stack_user_data(cfg, account_id="123456789012").files["opt/gpuforge/phases/slurm.sh"]
+    start = phase.index('hosts="" params=(')
+    loop = phase[start:phase.index("block=$(printf", start)]
+    store = tmp_path / "ssm"
+    for param, names in zip(cfg.slurm.hosts_parameters, cfg.slurm.hosts_chunks, strict=True):
+        (store / param.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (store / param.lstrip("/")).write_text("\n".join(f"10.0.{i // 250}.{i % 250} {n}" for i, n in enumerate(names)))
+    late = store / cfg.slurm.hosts_parameters[1].lstrip("/")
+    late.rename(late.with_suffix(".late"))  # the second part appears only after the first wait
+    prelude = (f"set -euo pipefail\nSTORE={store}\nhostname() {{ echo cv-training-node200; }}\n"
+               "die() { echo \"die: $*\"; exit 1; }\nwaits=0\n"
+               "sleep() { waits=$((waits + 1)); [ ! -e \"$STORE/gpuforge/cv-training/slurm/hosts/1.late\" ] || "
+               "mv \"$STORE/gpuforge/cv-training/slurm/hosts/1.late\" \"$STORE/gpuforge/cv-training/slurm/hosts/1\"; }\n"
+               'ssm_get() { cat "$STORE$1"; }\n')  # fmt: skip
+    run = subprocess.run(["bash", "-c", prelude + loop + 'echo "waits=$waits"; printf "%s\\n" "$hosts"'],
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout.splitlines()
+    assert out[0] == "waits=1"
+    assert [ln.split()[1] for ln in out[1:]] == ["cv-training-head", *cfg.slurm.node_names]
