@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import importlib
 import importlib.util
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -20,7 +21,7 @@ import click
 
 from gpuforge import __version__
 from gpuforge.commands.options import PROJECT_DIR_HELP
-from gpuforge.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, GpuforgeError
+from gpuforge.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, GpuforgeError
 
 # name -> (module, one-line help). The module exposes a click command called `command`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -63,9 +64,22 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
     """The extra module `exc` is about, or None when it is not one (a real bug: let it show)."""
     top = (exc.name or "").partition(".")[0]
     return top if top in EXTRA_OF_MODULE else None
+class PipeClosed(Exception):
+    """The reader of stdout (or stderr) went away: `gpuforge ... | head -1`.
+
+    Not an OSError on purpose: click's own main turns an EPIPE OSError into exit 1, which in
+    gpuforge means "checks failed" (issue 22)."""
 
 
 class LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise PipeClosed from None
+            raise
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name, (mod, _) in COMMANDS.items() if importlib.util.find_spec(mod) is not None]
 
@@ -121,6 +135,11 @@ def main(argv: list[str] | None = None) -> Any:
     debug = "--debug" in args
     try:
         rv = cli.main(args=args, prog_name="gpuforge", standalone_mode=False)
+    except PipeClosed:
+        _quiet_exit()
+    except SystemExit:  # a command's own exit code (validate's 1): its output must still leave first
+        _flush_stdout()
+        raise
     except GpuforgeError as exc:
         _fail(exc.render(), exc.exit_code, debug)
     except click.UsageError as exc:
@@ -136,12 +155,40 @@ def main(argv: list[str] | None = None) -> Any:
             raise
         _fail(MissingExtraError(_command_of(args), module).render(), EXIT_BAD_INPUT, debug)
     except OSError as exc:  # unreadable file, full disk: a clear line, not a traceback
+        if exc.errno == errno.EPIPE:
+            _quiet_exit()
         _fail(humanise_os_error(exc), EXIT_BAD_INPUT, debug)
+    _flush_stdout()
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
 def _command_of(args: list[str]) -> str | None:
     return next((a for a in args if a in COMMANDS), None)
+
+
+def _flush_stdout() -> None:
+    """What is still buffered goes now, while a closed pipe can be handled here rather than in
+    the interpreter's flush at exit (which prints `Exception ignored ... BrokenPipeError`)."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        _quiet_exit()
+
+
+def _quiet_exit() -> None:
+    """The reader closed the pipe: exit 141 (128 + SIGPIPE, what `cat` or `grep` report under
+    `set -o pipefail`) with no traceback and no message. stdout and stderr are pointed at
+    /dev/null first, so the interpreter's own flush at exit has nothing left to fail on."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):  # a stream without a descriptor (a test's capture)
+            pass
+    os.close(devnull)
+    sys.exit(EXIT_PIPE_CLOSED)
 
 
 def _fail(text: str, code: int, debug: bool) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from gpuforge.common import inputfile
 from gpuforge.common.errors import InputError
 from gpuforge.common.results import atomic_write
 from gpuforge.core.catalog import did_you_mean
@@ -28,27 +29,27 @@ SECRET_PLACEHOLDER = "[secret]"
 # environment). Anything else there is ignored by the CLI: a config key written without
 # `config:` above it would silently do nothing.
 STACK_FILE_KEYS = frozenset({"secretsprovider", "encryptedkey", "encryptionsalt", "config", "environment"})
+# The properties of the Pulumi project schema (cli/vendor/pulumi/project.json).
+PROJECT_FILE_KEYS = ("name", "description", "author", "website", "license", "runtime", "main", "config",
+                     "stackConfigDir", "backend", "options", "template", "packages", "plugins")  # fmt: skip
 _STACK_PREFIX = "Pulumi."
 _STACK_SUFFIX = ".yaml"
 
 
-def _read_yaml(path: Path, what: str) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})", f"save the {what} as UTF-8") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise InputError(f"{path}: not valid YAML{where}", f"fix the {what} syntax") from None
+def _read_yaml(path: Path, kind: inputfile.FileKind) -> Any:
+    """The one reader's rules (common/inputfile.py): bounded, UTF-8, valid YAML, a mapping."""
+    return inputfile.read_document(path, kind)
 
 
 def _project(project_dir: Path) -> dict[str, Any]:
     path = project_dir / "Pulumi.yaml"
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink() and not path.exists():
         raise InputError(f"{path} not found", "run from the gpuforge project directory or pass --project-dir")
-    doc = _read_yaml(path, "project file")
-    if not isinstance(doc, dict) or not doc.get("name"):
+    doc = _read_yaml(path, inputfile.PROJECT)
+    # The Pulumi project schema allows keys of one's own (additionalProperties: true in
+    # cli/vendor/pulumi/project.json), so only a slip of a known key is refused.
+    inputfile.refuse_unknown_keys(doc, PROJECT_FILE_KEYS, str(path), open_shape=True)
+    if not doc.get("name"):
         raise InputError(f"{path}: no project `name`", "Pulumi.yaml needs `name: gpuforge`")
     return doc
 
@@ -88,6 +89,8 @@ def stack_file(project_dir: Path, stack: str) -> Path:
     project = _project(project_dir)
     directory = _stack_dir(project_dir, project)
     path = directory / f"{_STACK_PREFIX}{stack}{_STACK_SUFFIX}"
+    if path.is_symlink() or path.exists():
+        inputfile.check_path(path, inputfile.STACK)  # a directory, a dangling link: said as such
     if not path.is_file():
         known = stack_names(project_dir)
         rel = path.relative_to(project_dir) if path.is_relative_to(project_dir) else path
@@ -126,13 +129,11 @@ def load_stack_config(project_dir: Path, stack: str) -> tuple[dict[str, str], li
         elif spec is not None:
             config[full] = _encode(full, spec, project_dir / "Pulumi.yaml")
 
-    doc = _read_yaml(path, "stack file")
-    if doc is None:
-        raise InputError(f"{path}: the file is empty", "a stack file holds `config:` with the stack's keys under it "
-                         "(see stacks/Pulumi.cv-training.yaml)")
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: expected a mapping with a `config:` block", "see stacks/Pulumi.cv-training.yaml")
+    doc = _read_yaml(path, inputfile.STACK)
     stray = [str(k) for k in doc if str(k) not in STACK_FILE_KEYS]
+    typo = next((k for k in stray for known in STACK_FILE_KEYS if inputfile.one_slip(k, known)), None)
+    if typo is not None:
+        inputfile.refuse_unknown_keys({typo: None}, sorted(STACK_FILE_KEYS), str(path))
     if stray:
         raise InputError(
             f"{path}: {', '.join(stray)} {'is' if len(stray) == 1 else 'are'} at the top level, not under `config:`",
@@ -164,7 +165,7 @@ def set_config_value(project_dir: Path, stack: str, full_key: str, value: str) -
     path = stack_file(Path(project_dir), stack)
     if not re.fullmatch(r"[A-Za-z0-9._-]+", value):
         raise InputError(f"refusing to write {value!r} to {full_key}", "values written this way are plain words")
-    text = path.read_text()
+    text = inputfile.read_text(path, inputfile.STACK)
     lines = text.splitlines(keepends=True)
     pattern = re.compile(_KEY_LINE.format(key=re.escape(full_key)))
     hits = [i for i, line in enumerate(lines) if pattern.match(line.rstrip("\n"))]

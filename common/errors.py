@@ -6,6 +6,7 @@ EXIT_OK = 0
 EXIT_CHECKS_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: the reader of our output went away (`| head -1`)
 
 
 class GpuforgeError(Exception):

@@ -125,16 +125,34 @@ def column_widths(rows: Rows, width: int) -> list[int] | None:
     return widths
 
 
-def print_table(rows: Rows) -> None:
+def console(**kwargs: Any) -> Any:
+    """A rich Console whose broken pipe is an OSError(EPIPE) like click's, not rich's own
+    `SystemExit(1)` (rich Console.on_broken_pipe), which would read as "checks failed": the CLI
+    ends a closed pipe with 141 (cli/cli.py, issue 22)."""
+    import errno
+
     from rich.console import Console
+
+    class _PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    # No automatic highlighting: rich paints every number in a sentence ("30 days", "1 TB") in
+    # bold cyan, which reads as emphasis nobody chose (issue 22). Styles are given explicitly.
+    kwargs.setdefault("highlight", False)
+    return _PipeConsole(**kwargs)
+
+
+def print_table(rows: Rows) -> None:
     from rich.table import Table
     from rich.text import Text
 
     width = terminal_width()
-    console = Console(width=width, soft_wrap=False)
+    out = console(width=width, soft_wrap=False)
     widths = column_widths(rows, width)
     if widths is None:
-        _print_records(console, rows)
+        _print_records(out, rows)
         return
     table = Table(title=rows.title, caption=rows.caption)
     for col, w in zip(rows.columns, widths, strict=True):
@@ -144,7 +162,7 @@ def print_table(rows: Rows) -> None:
     for row in rows.rows:
         # Text, not markup: a cell such as `[secret]` is data, not a style tag.
         table.add_row(*(Text(cell, style=col.styles.get(cell, "")) for col, cell in zip(rows.columns, row, strict=True)))
-    console.print(table)
+    out.print(table)
 
 
 def _print_records(console: Any, rows: Rows) -> None:

@@ -27,6 +27,7 @@ from gpuforge.core.config_rules import (
     check_network,
     check_spot_interruption,
     check_subnet_size,
+    check_tags,
 )
 from gpuforge.core.fleet import FleetConfig, check_gpu_quota, parse_fleet
 from gpuforge.core.kubernetes.settings import KubernetesSettings, kubernetes_settings
@@ -42,7 +43,10 @@ MAX_NODES = 256  # one cluster placement group; larger fleets are split into sev
 # quota). The Pulumi CLI treats a declared key with no `default` as required (pulumi/pulumi
 # pkg/workspace/config.go mergeConfig), so optional keys need a default the program reads as
 # unset: "" for strings, 0 for these integers (none of them accepts 0 as a real value).
-ZERO_MEANS_UNSET = frozenset({"nodeCount", "rootVolumeGib", "budgetUsd", "gpuQuota"})
+ZERO_MEANS_UNSET = frozenset({"rootVolumeGib", "budgetUsd", "gpuQuota"})
+# nodeCount's "not set" is -1, not 0: a stack that writes `nodeCount: 0` means no nodes, and
+# reading it as "the profile's" deployed a whole p4de for a user scaling to zero (issue 22).
+NODE_COUNT_UNSET = -1
 
 
 class RawStackConfig(BaseModel):
@@ -63,6 +67,8 @@ class RawStackConfig(BaseModel):
             if optional and value == "":
                 continue
             if key in ZERO_MEANS_UNSET and not isinstance(value, bool) and value in (0, "0"):
+                continue
+            if key == "nodeCount" and not isinstance(value, bool) and value in (NODE_COUNT_UNSET, str(NODE_COUNT_UNSET)):
                 continue
             out[key] = value
         return out
@@ -305,6 +311,13 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         )
 
     node_count = parsed.nodeCount if parsed.nodeCount is not None else profile.shape.node_count
+    if node_count == 0:
+        raise ConfigError(
+            f"{PROJECT}:nodeCount",
+            "0 nodes: gpuforge does not deploy a stack without GPU nodes (0 never means the profile's count)",
+            f"to stop paying for the nodes, `pulumi destroy --stack {stack}`; remove the key for the profile's "
+            f"{profile.shape.node_count}, or set 1 to {MAX_NODES}",
+        )
     if not 1 <= node_count <= MAX_NODES:
         raise ConfigError(
             f"{PROJECT}:nodeCount",
@@ -313,6 +326,7 @@ def parse_stack_config(raw: dict[str, Any], stack: str, catalog: Catalog | None 
         )
 
     check_network(parsed, stack)
+    check_tags(parsed)
     check_ena_express(parsed, instance)
     bucket_base = parsed.bucketBase or f"gpuforge-{stack}"
     check_bucket_base(bucket_base, parsed.azId, region)

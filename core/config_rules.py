@@ -55,7 +55,40 @@ def internet_wide(cidrs: tuple[str, ...] | list[str]) -> str | None:
     return None
 
 
+def _check_ssh_rule_count(cidrs: tuple[str, ...]) -> None:
+    """Each sshCidrs entry is one inbound rule of the cluster's security group, which also holds
+    the all-traffic rule from the group itself (components/network.py); AWS counts IPv4 and IPv6
+    rules separately and the self rule once in each (core/aws_limits.yaml)."""
+    from gpuforge.core.limits import limit
+
+    row = limit("security_group_rules_per_direction")
+    room = row.value - 1  # the self-referencing rule
+    for family, count in (("IPv4", sum(":" not in c for c in cidrs)), ("IPv6", sum(":" in c for c in cidrs))):
+        if count > room:
+            raise ConfigError(
+                f"{PROJECT}:sshCidrs",
+                f"{count} {family} CIDRs: each is a security-group rule, and with the cluster's own rule a group "
+                f"takes {room} more ({row.value} inbound {family} rules per group, AWS's default quota)",
+                "list fewer, wider CIDRs (aggregate them), or use SSM instead of SSH "
+                "(the quota can be raised: Service Quotas vpc L-0EA8095F; then gpuforge needs the new figure "
+                "in core/aws_limits.yaml)",
+            )
+
+
+def check_tags(parsed: RawStackConfig) -> None:
+    """team, owner and costCenter become tags on every resource: AWS's tag rules (core/aws_limits.yaml)."""
+    from gpuforge.core.limits import tag_problem
+
+    for key in ("team", "owner", "costCenter"):
+        value = getattr(parsed, key)
+        problem = tag_problem(value, key=False) if value else None
+        if problem:
+            raise ConfigError(f"{PROJECT}:{key}", f"becomes a tag value on every resource: {problem}",
+                              "shorten it or drop the character")  # fmt: skip
+
+
 def check_network(parsed: RawStackConfig, stack: str) -> None:
+    _check_ssh_rule_count(parsed.sshCidrs)
     for cidr in parsed.sshCidrs:
         _network("sshCidrs", cidr)
     wide = internet_wide(parsed.sshCidrs)

@@ -15,9 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from gpuforge.core.catalog import CATALOG_DIR, InstanceType
+from gpuforge.core.catalog import CATALOG_DIR, InstanceType, read_catalog_file
 from gpuforge.core.config import StackConfig
 from gpuforge.core.profiles import Profile
 
@@ -48,7 +46,7 @@ class PurchaseData:
 
 @cache
 def load_purchase_data(path: Path | None = None) -> PurchaseData:
-    doc = yaml.safe_load((path or CATALOG_DIR / "commitments.yaml").read_text())
+    doc = read_catalog_file(path or CATALOG_DIR / "commitments.yaml")
     commitments = {
         key: Commitment(key, c["label"], float(c["discount"]), " ".join(str(c["source"]).split()))
         for key, c in doc["commitments"].items()
@@ -85,7 +83,7 @@ class PlatformPrices:
 
 @cache
 def load_platform_prices(path: Path | None = None) -> PlatformPrices:
-    doc = yaml.safe_load((path or CATALOG_DIR / "platform_prices.yaml").read_text())
+    doc = read_catalog_file(path or CATALOG_DIR / "platform_prices.yaml")
     eks, inst = doc["eks_control_plane"], doc["instances"]
     return PlatformPrices(
         eks_usd_per_cluster_hour={r: float(v) for r, v in eks["usd_per_cluster_hour"].items()},

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpuforge.common import inputfile
 from gpuforge.common.errors import InputError
 from gpuforge.core.catalog import did_you_mean
 from gpuforge.core.config_rules import internet_wide
@@ -46,6 +46,8 @@ def team_names(directory: Path = TEAMS_DIR) -> list[str]:
 
 def load_team(name: str, directory: Path = TEAMS_DIR) -> Team:
     path = directory / f"{name}.yaml"
+    if path.is_symlink() or path.exists():
+        inputfile.check_path(path, inputfile.TEAM)  # a directory, a dangling link: said as such
     if not path.is_file():
         known = team_names(directory)
         raise InputError(
@@ -53,11 +55,10 @@ def load_team(name: str, directory: Path = TEAMS_DIR) -> Team:
             f"{did_you_mean(name, known)}",
             f"add stacks/teams/{name}.yaml (owner, cost_center, budget_usd, gpu_quota, ssh_cidrs, region)",
         )
+    doc = inputfile.read_document(path, inputfile.TEAM)
+    inputfile.refuse_unknown_keys(doc, Team.model_fields, str(path))
     try:
-        doc = yaml.safe_load(path.read_text())
         team = Team.model_validate(doc)
-    except yaml.YAMLError:
-        raise InputError(f"{path}: not valid YAML", "fix the team file's syntax") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(file)"

@@ -13,10 +13,14 @@ boto3 only: validate never imports pulumi (DESIGN.md). Every AWS failure becomes
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from gpuforge.common.errors import InputError
+from gpuforge.common.errors import EXIT_CHECKS_FAILED, GpuforgeError, InputError
 from gpuforge.validate.inventory import Inventory
 
 PROJECT = "gpuforge"  # the `project` tag value (core/config.py PROJECT); a literal: no pulumi import
@@ -40,9 +44,49 @@ def _tags(instance: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in instance.get("Tags") or [] if "Key" in t and "Value" in t}
 
 
-def _aws_error(api: str, exc: Exception, region: str | None) -> InputError:
-    """One InputError per failure kind, naming the API and how to fix it."""
-    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, NoRegionError
+class AwsUnreachable(GpuforgeError):
+    """The EC2 endpoint did not answer: not bad input (exit 2) but, as in preflight, a check that
+    could not be made (exit 1)."""
+
+    exit_code = EXIT_CHECKS_FAILED
+
+
+HEARTBEAT_S = 5.0
+
+
+@contextmanager
+def _waiting(progress: Callable[[str], None] | None, what: str, detail: str = "") -> Iterator[None]:
+    """A line before the call, and one every HEARTBEAT_S while it lasts: never a silent wait."""
+    if progress is None:
+        yield
+        return
+    progress(f"discover: {what}{detail} ...")
+    start, done = time.monotonic(), threading.Event()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT_S):
+            progress(f"discover: still waiting for {what} ({time.monotonic() - start:.0f} s)")
+
+    ticker = threading.Thread(target=beat, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
+def _aws_error(api: str, exc: Exception, region: str | None) -> GpuforgeError:
+    """One error per failure kind, naming the API and how to fix it."""
+    from botocore.exceptions import (
+        ClientError,
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        NoRegionError,
+        ReadTimeoutError,
+    )
 
     where = f" in {region}" if region else ""
     if isinstance(exc, NoCredentialsError):
@@ -63,9 +107,11 @@ def _aws_error(api: str, exc: Exception, region: str | None) -> InputError:
                 f"allow {api} for these credentials, or pass --inventory FILE",
             )
         return InputError(f"--discover: {api} failed{where} ({text})", "check --region and the credentials")
-    if isinstance(exc, EndpointConnectionError):
-        return InputError(f"--discover: cannot reach the EC2 endpoint{where} ({exc})", "check --region and the network")
-    return InputError(f"--discover: {api} failed{where}: {type(exc).__name__}: {exc}", "retry with --debug for details")
+    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError)):
+        return AwsUnreachable(f"--discover: the EC2 endpoint{where} did not answer {api} ({exc})",
+                              "check the network, a proxy, AWS_ENDPOINT_URL, the region; or pass --inventory FILE")  # fmt: skip
+    return AwsUnreachable(f"--discover: {api} failed{where}: {type(exc).__name__}: {exc}",
+                          "check the network and the credentials; --debug shows the traceback")  # fmt: skip
 
 
 def _running_instances(ec2: Any, stack: str, page_size: int | None) -> list[dict[str, Any]]:
@@ -136,10 +182,16 @@ def discover_inventory(
     ssh: dict[str, Any] | None = None,
     page_size: int | None = None,
     session: Any = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Inventory:
-    """The Inventory of the stack's running instances; InputError for every failure."""
+    """The Inventory of the stack's running instances; a GpuforgeError for every failure.
+
+    The region is found as the AWS CLI finds it (gpuforge.common.awsconfig: --region, AWS_REGION,
+    AWS_DEFAULT_REGION, the profile's); `progress` hears of every wait."""
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
+
+    from gpuforge.common.awsconfig import aws_region
 
     api = "ec2:DescribeInstances"
     try:
@@ -148,17 +200,21 @@ def discover_inventory(
         # Bounded like preflight (issue 13 item 2): a stalled endpoint costs 2 x (5 + 10) s at
         # most, not botocore's default 60 s connect and read timeouts per attempt.
         bounded = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 2})
-        sess = session or boto3.session.Session(region_name=region)
+        sess = session or boto3.session.Session()
+        region, _source = aws_region(region, sess)
         ec2 = sess.client("ec2", region_name=region, config=bounded) if region else sess.client("ec2", config=bounded)
         region = region or ec2.meta.region_name
-        instances = _running_instances(ec2, stack, page_size)
+        bound = "up to 30 s: 2 attempts of 5 s connect + 10 s read"
+        with _waiting(progress, api, f" in {region} at {ec2.meta.endpoint_url} ({bound})"):
+            instances = _running_instances(ec2, stack, page_size)
         if not instances:
             raise InputError(
                 f"--discover {stack}: no running instances tagged project={PROJECT}, stack={stack} in {region}",
                 "check the stack name and --region; instances still booting or scaled to zero are not listed",
             )
         api = "ec2:DescribeAvailabilityZones"
-        zone_ids = _zone_ids(ec2)
+        with _waiting(progress, api, f" in {region}"):
+            zone_ids = _zone_ids(ec2)
     except (ClientError, BotoCoreError) as exc:
         raise _aws_error(api, exc, region) from None
     nodes = nodes_from_instances(instances, zone_ids)

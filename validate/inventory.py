@@ -11,7 +11,6 @@ Every problem is an InputError naming the file and the key, never a traceback.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuforge.common.errors import InputError
+from gpuforge.common.inputfile import INVENTORY, read_text, refuse_unknown_keys, type_name
 
 # The ssh defaults mirror OpenSSH's so that an inventory written by hand behaves like `ssh`.
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -83,8 +83,14 @@ class SshConfig(_Strict):
         return Path(self.known_hosts).expanduser()
 
 
+# What `pulumi stack output --json inventory` puts on a node besides Node's fields
+# (components/cluster.py `_inventory`): known facts, kept as extras.
+EXPORTED_NODE_FACTS = ("instance_id", "public_ip", "availability_zone", "az_id")
+
+
 class Node(BaseModel):
-    """One node; extra fields (instance_type, private_ip, az ...) are kept, not rejected."""
+    """One node. The shape is open: keys of the user's own (rack, role ...) are kept as extras,
+    but a key one slip from a known one (`hots`, `instace_type`) is refused as a typo (README)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
@@ -142,20 +148,34 @@ def _unwrap(doc: Any) -> Any:
     return doc
 
 
+def _check_keys(doc: dict[str, Any], source: str) -> None:
+    """Unknown keys with a did-you-mean; nodes are an open shape (see Node)."""
+    refuse_unknown_keys(doc, Inventory.model_fields, source)
+    for section, model in (("ssh", SshConfig), ("expect", Expect)):
+        if isinstance(doc.get(section), dict):
+            refuse_unknown_keys(doc[section], model.model_fields, source, f"{section}.")
+    nodes = doc.get("nodes")
+    for i, node in enumerate(nodes if isinstance(nodes, list) else []):
+        if isinstance(node, dict):
+            name = node.get("name", i)
+            refuse_unknown_keys(node, [*Node.model_fields, *EXPORTED_NODE_FACTS], source, f"nodes[{name}].",
+                                open_shape=True)  # fmt: skip
+
+
 def parse_inventory(text: str, source: str) -> Inventory:
     """Text (YAML or JSON; JSON is YAML) -> Inventory, with errors that name `source` and the key."""
+    if not text.strip():
+        raise InputError(f"{source}: the inventory is empty", INVENTORY.example)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(
-            f"{source}: not valid YAML/JSON{where}", "write the inventory as YAML or JSON (see DESIGN.md)"
-        ) from None
+        raise InputError(f"{source}: not valid YAML/JSON{where}", "write the inventory as YAML or JSON") from None
     doc = _unwrap(doc)
     if not isinstance(doc, dict):
         raise InputError(
-            f"{source}: the inventory must be a mapping with `nodes`, got {type(doc).__name__}",
+            f"{source}: the inventory must be a mapping with `nodes`, not {type_name(doc)}",
             "pass the file of `pulumi stack output --json inventory`, or write {profile, ssh, nodes: [...]}",
         )
     if doc.get("nodes") == [] and doc.get("stack"):
@@ -167,6 +187,7 @@ def parse_inventory(text: str, source: str) -> Inventory:
             "EKS node group or an Auto Scaling group, launched after deploy)",
             f"find the running nodes in EC2 instead: gpuforge validate --discover {stack}",
         )
+    _check_keys(doc, source)
     try:
         return Inventory.model_validate(doc)
     except ValidationError as exc:
@@ -184,18 +205,10 @@ def _hint(err: Any) -> str:
     if kind == "extra_forbidden":
         allowed = "profile, stack, expect, ssh, nodes; ssh: user, key_file, known_hosts, port, jump_host"
         return f"remove or rename the key (allowed: {allowed})"
-    return "fix the value (see the inventory shape in DESIGN.md)"
+    return "fix the value (the inventory's keys: README.md, Inventory files)"
 
 
-def load_inventory(path: str) -> Inventory:
-    """Read the inventory from a file, or from stdin when `path` is `-`."""
-    if path == "-":
-        return parse_inventory(sys.stdin.read(), "<stdin>")
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise InputError(f"--inventory {path}: no such file", "pass the inventory file, or `-` to read it from stdin")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--inventory {path}: cannot read: {exc}", "check the file's permissions") from None
-    return parse_inventory(text, str(path))
+def load_inventory(path: str, flag: str = "--inventory") -> Inventory:
+    """Read the inventory from a file, or from stdin when `path` is `-` (common.inputfile rules)."""
+    text = read_text(path, INVENTORY, flag)
+    return parse_inventory(text, "<stdin>" if path == "-" else f"{flag} {path}")

@@ -29,6 +29,10 @@ _NO_ALLOCATION = re.compile(
     r"|.*Node count specification invalid|.*Access/permission denied|.*Unable to contact slurm controller).*$",
     re.MULTILINE,
 )
+# srun that never reached a controller: no slurm.conf and no configless source (Slurm 22.05
+# src/common/fetch_config.c: "fetch_config: DNS SRV lookup failed", then src/srun/srun.c
+# "srun: fatal: Could not establish a configuration source"), or any other fatal of its own.
+_SRUN_FATAL = re.compile(r"^srun: fatal: .*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,7 @@ class SlurmTransport:
         if rc is None or (rc in TIMEOUT_RCS and took >= timeout_s):
             return CommandResult(node, command, Outcome.TIMEOUT, None, out, err, took,
                                  f"command ran past its bound ({took:.1f} s)")  # fmt: skip
-        refused = _NO_ALLOCATION.search(err)
+        refused = _NO_ALLOCATION.search(err) or _SRUN_FATAL.search(err)
         if rc != 0 and refused and not out.strip():
             detail = "slurm: " + refused.group(0).removeprefix("srun: error: ").strip()
             return CommandResult(node, command, Outcome.UNREACHABLE, None, out, err, took, detail, "connect")

@@ -244,13 +244,19 @@ def save_baseline(path: Path, figures: dict[str, Any], *, profile: str | None, i
     atomic_write(Path(path), json.dumps(doc, indent=2) + "\n")
 
 
-def load_baseline(path: Path) -> dict[str, Any]:
+BASELINE_FILE_KEYS = ("schema", "captured_at", "profile", "instance_type", "figures")
+
+
+def load_baseline(path: Path, flag: str = "--baseline") -> dict[str, Any]:
+    """A baseline file, read by the one reader (common/inputfile.py: InputError on a bad file)."""
+    from gpuforge.common.inputfile import BASELINE, read_document, refuse_unknown_keys
+
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ThresholdsError(f"baseline {path}: cannot read it ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != BASELINE_SCHEMA or not isinstance(doc.get("figures"), dict):
+    doc = read_document(path, BASELINE, flag)
+    refuse_unknown_keys(doc, BASELINE_FILE_KEYS, f"{flag} {path}")
+    if isinstance(doc.get("figures"), dict):
+        refuse_unknown_keys(doc["figures"], BASELINE_KEYS, f"{flag} {path}", "figures.")
+    if doc.get("schema") != BASELINE_SCHEMA or not isinstance(doc.get("figures"), dict):
         raise ThresholdsError(f"baseline {path}: not a gpuforge baseline (schema {BASELINE_SCHEMA} with 'figures')")
     unknown = set(doc["figures"]) - set(BASELINE_KEYS)
     if unknown:

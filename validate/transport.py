@@ -186,7 +186,11 @@ class LocalTransport:
 
     def run(self, node: Node, command: str, timeout_s: float) -> CommandResult:
         start = time.monotonic()
-        rc, out, err, took = run_bounded(["sh", "-c", wrap(command, timeout_s)], timeout_s + KILL_AFTER_S + LOCAL_SLACK_S)
+        try:
+            rc, out, err, took = run_bounded(["sh", "-c", wrap(command, timeout_s)], timeout_s + KILL_AFTER_S + LOCAL_SLACK_S)
+        except OSError as exc:  # no shell to run it in (sh not on PATH, no processes left): no evidence
+            why = f"local: cannot start sh: {(exc.strerror or str(exc)).lower()}"
+            return CommandResult(node.name, command, Outcome.UNREACHABLE, None, "", "", time.monotonic() - start, why, "connect")
         if rc is None or rc in TIMEOUT_RCS:
             return _timed_out(node.name, command, start, out, err)
         return CommandResult(node.name, command, Outcome.OK, rc, out, err, took)

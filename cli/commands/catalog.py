@@ -11,6 +11,7 @@ import click
 from gpuforge.commands.options import complete_instance_types, complete_profiles, project_dir_option
 from gpuforge.common.errors import InputError
 from gpuforge.common.table import Column, Rows, emit, format_option
+from gpuforge.common.table import console as rich_console
 from gpuforge.core.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 
 DEFAULT_REGION = "us-east-1"
@@ -26,9 +27,7 @@ def _region(catalog: Catalog, region: str, flag: str = "--region") -> str:
 
 
 def _console() -> Any:
-    from rich.console import Console  # imported here: JSON output should not pay for rich
-
-    return Console()
+    return rich_console()
 
 
 @click.group("catalog")
@@ -365,6 +364,9 @@ def refresh_cmd(regions: str | None, out: Path | None, in_place: bool, fmt: str,
             else "catalog refresh: --out and --in-place exclude each other",
             f"--out DIR writes a new copy; --in-place replaces {CATALOG_DIR} (the catalog this project reads)",
         )
+    from gpuforge.common.inputfile import check_output_dir
+
+    check_output_dir(out or CATALOG_DIR, "--out" if out is not None else "--in-place")  # before the AWS calls
     report = refresh_catalog(wanted, out or CATALOG_DIR)
     for item in report.items:
         if item.status == "implausible":

@@ -9,7 +9,16 @@ import click
 
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.errors import InputError
-from gpuforge.common.table import FORMATS, Column, Rows, SuggestingChoice, default_format, print_table, terminal_width
+from gpuforge.common.table import (
+    FORMATS,
+    Column,
+    Rows,
+    SuggestingChoice,
+    default_format,
+    print_table,
+    terminal_width,
+)
+from gpuforge.common.table import console as rich_console
 from gpuforge.core.config import parse_stack_config
 from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
 from gpuforge.core.kubernetes.settings import extended_support_warning
@@ -165,9 +174,8 @@ def _hybrid_line(mix: Hybrid) -> str:
 
 
 def _print_table(costs: list[StackCost], mix: Hybrid, used: dict[str, str]) -> None:
-    from rich.console import Console
 
-    console = Console(width=terminal_width())
+    console = rich_console(width=terminal_width())
     for c in costs:
         print_table(_rows(c, used[c.stack]))
         if c.fixed:  # EKS: the same under every option, included in total/h and total/30 d

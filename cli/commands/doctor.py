@@ -83,11 +83,13 @@ def aws() -> list[Finding]:
     from botocore.config import Config
     from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 
+    from gpuforge.common.awsconfig import aws_region
+
     session = boto3.session.Session()
     creds = session.get_credentials()
-    region = session.region_name
+    region, source = aws_region(None, session)  # as the AWS CLI finds it: AWS_REGION first
     out = [
-        Finding("AWS region", "ok", region, "") if region else
+        Finding("AWS region", "ok", f"{region} (from {source})", "") if region else
         Finding("AWS region", "warning", "not set", "set AWS_REGION, or `aws configure set region us-east-1`")
     ]
     if creds is None:

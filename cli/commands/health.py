@@ -8,7 +8,6 @@ every node), 2 bad input.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from pathlib import Path
@@ -16,8 +15,26 @@ from typing import Any
 
 import click
 
+from gpuforge.commands.options import project_dir_option
+from gpuforge.common import inputfile
 from gpuforge.common.errors import InputError
 from gpuforge.validate.checks import Expectations, NodeCheck
+
+# /etc/gpuforge/expected.json as bootstrap writes it (bootstrap/plan.py NodePlan.expected;
+# tests/cli/test_input_files.py checks these against a rendered node's file).
+EXPECTED_KEYS = ("node", "stack", "profile", "expect", "versions")
+EXPECTED_EXPECT_KEYS = ("instance_type", "gpu_count", "gpu_name", "nvswitch", "efa_interfaces", "scratch_mount",
+                        "data_mount", "mig_layout", "driver_preinstalled")  # fmt: skip
+
+
+def _read_expected(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = inputfile.read_document(path, inputfile.EXPECTED, "--expected")
+    inputfile.refuse_unknown_keys(doc, EXPECTED_KEYS, f"--expected {path}")
+    expect = doc.get("expect")
+    if expect is not None and not isinstance(expect, dict):
+        raise InputError(f"--expected {path}: expect: must be a mapping, not {type(expect).__name__}", inputfile.EXPECTED.example)
+    inputfile.refuse_unknown_keys(expect or {}, EXPECTED_EXPECT_KEYS, f"--expected {path}", "expect.")
+    return doc
 
 
 def _expectations(inventory: Path | None, expected: Path | None, node: str) -> Expectations:
@@ -28,7 +45,7 @@ def _expectations(inventory: Path | None, expected: Path | None, node: str) -> E
                          "--expected /etc/gpuforge/expected.json on gpuforge nodes, --inventory elsewhere")  # fmt: skip
     try:
         if expected is not None:
-            doc = json.loads(expected.read_text())
+            doc = _read_expected(expected)
             return thresholds.build_expectations(doc.get("profile"), (doc.get("expect") or {}).get("instance_type"))
         from gpuforge.validate.inventory import load_inventory
 
@@ -39,8 +56,6 @@ def _expectations(inventory: Path | None, expected: Path | None, node: str) -> E
             raise InputError(f"--node {node}: not in {inventory}", "pass the node's inventory name (its Slurm NodeName)")
         overrides = inv.expect.stated() if inv.expect else {}
         return thresholds.build_expectations(inv.profile, me.instance_type, overrides)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {expected or inventory}: {exc}", "pass the file bootstrap wrote") from None
     except thresholds.ThresholdsError as exc:
         raise InputError(f"{expected or inventory}: {exc}", "use a profile or instance type from the catalog") from None
 
@@ -74,9 +89,9 @@ def _checks(tokens: str | None) -> list[NodeCheck[Any]]:
 
 @click.command("health-check")
 @click.option("--node", default=None, help="This node's Slurm NodeName (default: $SLURMD_NODENAME, else the short hostname).")
-@click.option("--expected", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("--expected", type=click.Path(path_type=Path, readable=False), default=None,
               help="The node's /etc/gpuforge/expected.json (profile and instance type).")  # fmt: skip
-@click.option("--inventory", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("--inventory", type=click.Path(path_type=Path, readable=False), default=None,
               help="Or an inventory file listing this node (its expect: section applies).")  # fmt: skip
 @click.option("--checks", default=None,
               help="Checks or groups (default: every tier-0 check). Tier-1 ones run GPU work: "
@@ -87,6 +102,7 @@ def _checks(tokens: str | None) -> list[NodeCheck[Any]]:
               default=Path("/var/log/gpuforge/health-check.log"), show_default=True,
               help="JSON line per transition.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Decide and log, change no node state.")
+@project_dir_option
 def command(
     node: str | None,
     expected: Path | None,
@@ -95,6 +111,7 @@ def command(
     max_drained_percent: int,
     log_path: Path,
     dry_run: bool,
+    project_dir: Path | None = None,
 ) -> None:
     """Drain this node with the failing check's reason; resume it when the checks pass again."""
     from gpuforge.validate.health import act, decide, file_logger, health_checks, run_checks

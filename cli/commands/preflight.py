@@ -50,6 +50,10 @@ def command(
     from gpuforge.preflight.runner import run_preflight  # imported here: boto3 loads only when run
 
     stack = stack_name(project_dir, stack)
+    if junit is not None:  # before the AWS calls: an unwritable path must not fail a finished run
+        from gpuforge.common.inputfile import check_output_file
+
+        check_output_file(junit, "--junit")
     # Progress on stderr, one line per step, so a slow endpoint is visible and stdout stays the report.
     report = run_preflight(project_dir, stack, pin_az=pin_az, probe_capacity=probe_capacity,
                            progress=lambda line: click.echo(line, err=True))

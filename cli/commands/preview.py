@@ -11,7 +11,8 @@ import click
 
 from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.errors import EXIT_CHECKS_FAILED
-from gpuforge.common.table import Column, Rows, format_option, print_table, terminal_width
+from gpuforge.common.table import Column, Rows, emit, format_option, print_table, terminal_width
+from gpuforge.common.table import console as rich_console
 from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
 from gpuforge.stackfile import stack_name
 
@@ -67,40 +68,30 @@ def _report_violations(result: PreviewResult, per_policy: int = 5) -> None:
             click.echo(f"  {policy}: ... and {len(messages) - per_policy} more (--format json lists all)", err=True)
 
 
-def _print_table(result: PreviewResult) -> None:
-    from rich.console import Console
-
-    console = Console(width=terminal_width())
-    cfg = result.config
-    console.print(f"[bold]gpuforge preview[/] stack [cyan]{cfg.stack}[/] profile [cyan]{cfg.profile.name}[/]")
-    console.print(f"[dim]{DISCLAIMER}[/]\n")
-    rows = [(d, short_type(t), n) for d, t, n in tree_rows(result)]
-    width = max(len("  " * d + t) for d, t, _ in rows)
-    for depth, typ, name in rows:
-        label = ("  " * depth + typ).ljust(width)
-        console.print(f"+ {label}  [bold]{name}[/]", soft_wrap=True, highlight=False)
-    custom = sum(r.custom for r in result.run.resources)
-    console.print(f"\n{custom} resources, {len(result.run.resources) - custom} components/stack\n")
-
+def _outputs_rows(result: PreviewResult) -> tuple[Rows, dict[str, Any] | None]:
     outputs = dict(result.to_dict()["outputs"])  # secrets (the kubeconfig) redacted, as in JSON
     inventory = outputs.pop("inventory", None)
     out = Rows("outputs", [Column("output"), Column("value")])
     for key in sorted(outputs):
         out.add(key, json.dumps(outputs[key]) if not isinstance(outputs[key], str) else outputs[key])
-    print_table(out)
-    if isinstance(inventory, dict):
-        cols = ("name", "instance_type", "az_id", "private_ip", "public_ip")
-        inv = Rows("inventory", [Column(c) for c in cols])
-        for node in inventory.get("nodes", []):
-            inv.add(*(node.get(c) for c in cols))
-        print_table(inv)
-        if not inventory.get("nodes"):
-            # EKS node groups create their instances after deploy: nothing to list at preview time.
-            console.print(f"[dim]no nodes are known before deploy (EKS node groups launch them); once deployed, "
-                          f"`gpuforge validate --discover {cfg.stack}` finds them by tag[/]")
-    _print_policies(console, result)
-    _print_mirror(console, result)
+    return out, inventory if isinstance(inventory, dict) else None
 
+
+def _inventory_rows(inventory: dict[str, Any]) -> Rows:
+    cols = ("name", "instance_type", "az_id", "private_ip", "public_ip")
+    inv = Rows("inventory", [Column(c) for c in cols])
+    for node in inventory.get("nodes", []):
+        inv.add(*(node.get(c) for c in cols))
+    return inv
+
+
+def _no_nodes_note(stack: str) -> str:
+    # EKS node groups create their instances after deploy: nothing to list at preview time.
+    return (f"no nodes are known before deploy (EKS node groups launch them); once deployed, "
+            f"`gpuforge validate --discover {stack}` finds them by tag")
+
+
+def _cost_rows(result: PreviewResult) -> Rows:
     cost = result.cost.to_dict()
     ct = Rows("cost estimate (USD, from the catalog)", [
         Column("item"), Column("quantity", justify="right"), Column("on-demand $/h", justify="right"),
@@ -114,22 +105,59 @@ def _print_table(result: PreviewResult) -> None:
         )
     ct.add("total per hour", "", _money(cost["hourly"]["on_demand"]), _money(cost["hourly"]["spot"]))
     ct.add("total per 30 days", "", _money(cost["thirty_days"]["on_demand"]), _money(cost["thirty_days"]["spot"]))
-    print_table(ct)
-    for note in cost["notes"]:
-        console.print(f"[dim]- {note}[/]")
-    for note in cfg.profile.shape.notes:
-        console.print(f"[yellow]note:[/] {note}")
+    return ct
 
 
-def _print_mirror(console: Any, result: PreviewResult) -> None:
+def _mirror_rows(result: PreviewResult) -> Rows | None:
     mirror = result.config.mirror.to_dict()
     if not mirror:
-        console.print("bootstrap downloads from the vendors' sites (no gpuforge:mirror)")
-        return
+        return None
     table = Rows("bootstrap mirror (gpuforge:mirror): pins and digests unchanged", [Column("upstream"), Column("installs from")])
     for name, where in mirror.items():
         table.add(name, where)
-    print_table(table)
+    return table
+
+
+_NO_MIRROR = "bootstrap downloads from the vendors' sites (no gpuforge:mirror)"
+
+
+def _print_table(result: PreviewResult) -> None:
+    from rich.markup import escape
+
+    console = rich_console(width=terminal_width())
+    cfg = result.config
+    console.print(f"[bold]gpuforge preview[/] stack [cyan]{escape(cfg.stack)}[/] profile [cyan]{cfg.profile.name}[/]",
+                  highlight=False)  # fmt: skip
+    console.print(f"[dim]{escape(DISCLAIMER)}[/]\n", highlight=False)
+    rows = [(d, short_type(t), n) for d, t, n in tree_rows(result)]
+    width = max(len("  " * d + t) for d, t, _ in rows)
+    for depth, typ, name in rows:
+        label = ("  " * depth + typ).ljust(width)
+        console.print(f"+ {escape(label)}  [bold]{escape(name)}[/]", soft_wrap=True, highlight=False)
+    console.print(f"\n{_counts(result)}\n", highlight=False)
+
+    out, inventory = _outputs_rows(result)
+    print_table(out)
+    if inventory is not None:
+        print_table(_inventory_rows(inventory))
+        if not inventory.get("nodes"):
+            console.print(f"[dim]{escape(_no_nodes_note(cfg.stack))}[/]", highlight=False)
+    _print_policies(console, result)
+    mirror = _mirror_rows(result)
+    if mirror is None:
+        console.print(_NO_MIRROR, highlight=False)
+    else:
+        print_table(mirror)
+    print_table(_cost_rows(result))
+    for note in result.cost.to_dict()["notes"]:
+        console.print(f"[dim]- {escape(note)}[/]", highlight=False)
+    for note in cfg.profile.shape.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+def _counts(result: PreviewResult) -> str:
+    custom = sum(r.custom for r in result.run.resources)
+    return f"{custom} resources, {len(result.run.resources) - custom} components/stack"
 
 
 def _print_policies(console: Any, result: PreviewResult) -> None:
@@ -142,23 +170,47 @@ def _print_policies(console: Any, result: PreviewResult) -> None:
     console.print(f"\nPolicies:\n    {mark} gpuforge-guardrails (local: policy)")
     for name in result.policy_names:
         n = sum(v.policy == name for v in result.violations)
-        console.print(f"        {'[red]✗[/]' if n else '[green]✓[/]'} {name}" + (f": {n} violation(s)" if n else ""))
+        console.print(f"        {'[red]✗[/]' if n else '[green]✓[/]'} {name}" + (f": {n} violation(s)" if n else ""),
+                      highlight=False)  # fmt: skip
     console.print()
 
 
 def _print_plain(result: PreviewResult) -> None:
-    """One resource per line: type, name, parent name; then the policy verdicts as comments."""
+    """Everything the table shows, as plain records (what `make preview > log` keeps): the
+    resources (type, name, parent), then the outputs, the inventory, the mirror and the cost as
+    tab-separated sections with a `#` header each; policies and notes as `#` lines."""
+    cfg = result.config
+    click.echo(f"# gpuforge preview stack {cfg.stack} profile {cfg.profile.name}")
+    click.echo(f"# {DISCLAIMER}")
     names = {r.urn: r.name for r in result.run.resources}
     click.echo("# type\tname\tparent")
     for r in sorted(result.run.resources, key=lambda r: r.urn):
         click.echo(f"{r.type}\t{r.name}\t{names.get(r.parent or '', '-')}")
+    click.echo(f"# {_counts(result)}")
+    out, inventory = _outputs_rows(result)
+    emit(out, "plain")
+    if inventory is not None:
+        emit(_inventory_rows(inventory), "plain")
+        if not inventory.get("nodes"):
+            click.echo(f"# {_no_nodes_note(cfg.stack)}")
+    if not result.policies_checked:
+        click.echo("# policies: not checked (--no-policies)")
     for name in result.policy_names:
         n = sum(v.policy == name for v in result.violations)
         click.echo(f"# policy {name}: {'pass' if not n else f'{n} violation(s)'}")
-    for name, where in result.config.mirror.to_dict().items():
-        click.echo(f"# bootstrap mirror: {name} from {where}")
+    mirror = _mirror_rows(result)
+    if mirror is None:
+        click.echo(f"# {_NO_MIRROR}")
+    else:
+        for name, where in cfg.mirror.to_dict().items():
+            click.echo(f"# bootstrap mirror: {name} from {where}")
+    emit(_cost_rows(result), "plain")
     cost = result.cost.to_dict()
     click.echo(f"# cost: {_money(cost['hourly']['on_demand'])} $/h on-demand, {_money(cost['hourly']['spot'])} $/h spot")
+    for note in cost["notes"]:
+        click.echo(f"# - {note}")
+    for note in cfg.profile.shape.notes:
+        click.echo(f"# note: {note}")
 
 
 def _money(value: float | None) -> str:

@@ -8,7 +8,6 @@ report and the versions seen go to the evidence directory (--out).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import threading
@@ -18,9 +17,12 @@ from typing import Any
 
 import click
 
+from gpuforge.commands.options import project_dir_option
+from gpuforge.common import inputfile
 from gpuforge.common.errors import InputError
 from gpuforge.common.results import CheckResult, Report, atomic_write
 from gpuforge.common.table import Column, Rows, emit, format_option
+from gpuforge.common.table import console as rich_console
 from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Inventory, Node, load_inventory
 from gpuforge.validate.network.iperf import IperfSettings
@@ -44,7 +46,7 @@ def _load(path: str | None, stack: str | None, region: str | None, ssh_flags: di
     if stack is not None:
         from gpuforge.validate.discover import discover_inventory
 
-        return discover_inventory(stack, region, ssh=flags)
+        return discover_inventory(stack, region, ssh=flags, progress=lambda line: click.echo(line, err=True))
     assert path is not None
     inv = load_inventory(path)
     if flags:
@@ -117,10 +119,9 @@ class _RichProgress:
         self.lock = threading.Lock()
         self.live = sys.stderr.isatty()
         if self.live:
-            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.console = Console(stderr=True)
+            self.console = rich_console(stderr=True)
             self.live = self.console.is_terminal
             self.bar = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -183,18 +184,6 @@ def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
 
     # one live connection per node in flight: the pool never holds more than --workers
     return SshTransport(inv.ssh, timeouts, accept_new=accept_new, max_connections=workers)
-
-
-def _check_writable_dir(flag: str, page: Path) -> None:
-    """Before the run, not after it: a page that cannot be written would fail a finished run."""
-    parent = page.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{flag} {page}: cannot create {parent}: {(exc.strerror or str(exc)).lower()}",
-                         "pass a path in a directory you may write") from None
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"{flag} {page}: {parent} is not writable", "pass a path in a directory you may write")
 
 
 def _write_outputs(out: Path, result: RunResult, accepted: list[dict[str, str]]) -> None:
@@ -310,7 +299,7 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 )
 @click.option(
     "--baseline",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path, readable=False),
     default=None,
     help="Judge against a saved baseline instead of the profile/catalog thresholds.",
 )
@@ -328,10 +317,11 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
               help="Nodes validated at once; at most this many live SSH connections (fewer under a low ulimit -n).")
 @click.option(
     "--kubeconfig",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path, readable=False),
     default=None,
     help="Also check the cluster's Kubernetes GPU layer (validate/kubernetes.py) through this kubeconfig.",
 )
+@project_dir_option
 def command(
     inventory_path: str | None,
     discover_stack: str | None,
@@ -354,6 +344,7 @@ def command(
     workers: int,
     kubeconfig: Path | None = None,
     slurm_partition: str | None = None,
+    project_dir: Path | None = None,
 ) -> None:
     """Prove a running cluster before anyone trains on it, and name the bad node.
 
@@ -375,8 +366,12 @@ def command(
       gpuforge validate --inventory inv.yaml --save-baseline baseline.json   # on a healthy cluster
     """
     inv = _load(inventory_path, discover_stack, region, {"user": ssh_user, "key_file": ssh_key, "known_hosts": known_hosts})
-    if html_page is not None:
-        _check_writable_dir("--html", html_page)
+    # Every output is checked before the run: a path that cannot be written must not fail a finished run.
+    for flag, page in (("--html", html_page), ("--junit", junit), ("--save-baseline", save_baseline)):
+        if page is not None:
+            inputfile.check_output_file(page, flag)
+    if kubeconfig is not None:
+        inputfile.check_path(kubeconfig, inputfile.KUBECONFIG, "--kubeconfig")
     tokens = [t.strip() for t in checks.split(",") if t.strip()] if checks else None
     selected, network = _select(tokens, system_checks(network=True) + _registry_checks())
     network = network and transport_kind == "ssh" and len(inv.nodes) >= 2
@@ -393,6 +388,7 @@ def command(
         raise InputError(exc.message.replace("ssh.key_file", "--ssh-key"),
                          exc.hint.replace("ssh.key_file", "--ssh-key") if exc.hint else None) from None
     out = out or Path("gpuforge-evidence") / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    inputfile.check_output_dir(out, "--out")
     nccl_pairs = (
         transport_kind in ("ssh", "slurm")  # slurm: one srun --mpi=pmix allocation per pair
         and len(inv.nodes) >= 2

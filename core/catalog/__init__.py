@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import csv
 import difflib
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from gpuforge.common import inputfile
+from gpuforge.common.errors import InputError
 
 CATALOG_DIR = Path(__file__).resolve().parent
 
@@ -135,10 +139,47 @@ def _opt_float(text: str) -> float | None:
     return float(text) if text.strip() else None
 
 
+def _rows(path: Path) -> list[dict[str, str]]:
+    text = inputfile.read_text(path, inputfile.CATALOG_TABLE)
+    return list(csv.DictReader(io.StringIO(text, newline="")))
+
+
+# The top-level keys of each catalog YAML file; refresh.py writes the same.
+CATALOG_FILE_KEYS = {
+    "gpus.yaml": ("source", "gpus"),
+    "regions.yaml": ("source", "regions"),
+    "storage_prices.yaml": ("source", "usd_per_gb_month"),
+    "meta.yaml": ("snapshot", "sources", "corrections", "refreshed"),
+    "commitments.yaml": ("commitments", "hybrid"),
+    "platform_prices.yaml": ("eks_control_plane", "instances", "nat_gateway", "interface_endpoint"),
+}
+
+
+def read_catalog_file(path: Path) -> dict[str, Any]:
+    """One catalog YAML file by the one reader's rules, its top-level keys checked."""
+    doc: dict[str, Any] = inputfile.read_document(path, inputfile.CATALOG)
+    inputfile.refuse_unknown_keys(doc, CATALOG_FILE_KEYS[path.name], str(path))
+    return doc
+
+
+_doc = read_catalog_file
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A missing column or a value of the wrong type in a catalog file: one error naming the file."""
+    try:
+        yield
+    except KeyError as exc:
+        raise InputError(f"{path}: missing {exc.args[0]!r}", "restore the file (git checkout) or add the field") from None
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InputError(f"{path}: {exc}", "restore the file (git checkout) or fix the value") from None
+
+
 def _read_instance_types(path: Path) -> dict[str, InstanceType]:
     types: dict[str, InstanceType] = {}
-    with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
+    with _reading(path):
+        for row in _rows(path):
             types[row["instance_type"]] = InstanceType(
                 name=row["instance_type"],
                 family=row["family"],
@@ -164,8 +205,8 @@ def _read_instance_types(path: Path) -> dict[str, InstanceType]:
 
 
 def _read_offerings(path: Path, types: dict[str, InstanceType]) -> None:
-    with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
+    with _reading(path):
+        for row in _rows(path):
             it = types.get(row["instance_type"])
             if it is None:  # offerings for a type we do not catalogue (e.g. p6) are skipped
                 continue
@@ -192,8 +233,26 @@ def _shipped_catalog() -> Catalog:
 def _load(directory: Path) -> Catalog:
     types = _read_instance_types(directory / "instance_types.csv")
     _read_offerings(directory / "offerings.csv", types)
-    gpus_doc = yaml.safe_load((directory / "gpus.yaml").read_text())
-    gpus = {
+    with _reading(directory / "gpus.yaml"):
+        gpus = _gpus(_doc(directory / "gpus.yaml"))
+    with _reading(directory / "regions.yaml"):
+        regions_doc = _doc(directory / "regions.yaml")
+        regions = {
+            name: Region(name=name, az_ids=tuple(r["az_ids"]), s3express_az_ids=tuple(r["s3express_az_ids"]))
+            for name, r in regions_doc["regions"].items()
+        }
+    with _reading(directory / "storage_prices.yaml"):
+        sp = _doc(directory / "storage_prices.yaml")
+        storage = StoragePrices(
+            usd_per_gb_month={k: float(v) for k, v in sp["usd_per_gb_month"].items()},
+            source=sp["source"],
+        )
+    meta = _doc(directory / "meta.yaml")
+    return Catalog(instance_types=types, gpus=gpus, regions=regions, storage=storage, meta=meta)
+
+
+def _gpus(gpus_doc: dict[str, Any]) -> dict[str, GpuModel]:
+    return {
         name: GpuModel(
             name=name,
             family=g["family"],
@@ -209,15 +268,3 @@ def _load(directory: Path) -> Catalog:
         )
         for name, g in gpus_doc["gpus"].items()
     }
-    regions_doc = yaml.safe_load((directory / "regions.yaml").read_text())
-    regions = {
-        name: Region(name=name, az_ids=tuple(r["az_ids"]), s3express_az_ids=tuple(r["s3express_az_ids"]))
-        for name, r in regions_doc["regions"].items()
-    }
-    sp = yaml.safe_load((directory / "storage_prices.yaml").read_text())
-    storage = StoragePrices(
-        usd_per_gb_month={k: float(v) for k, v in sp["usd_per_gb_month"].items()},
-        source=sp["source"],
-    )
-    meta = yaml.safe_load((directory / "meta.yaml").read_text())
-    return Catalog(instance_types=types, gpus=gpus, regions=regions, storage=storage, meta=meta)

@@ -9,6 +9,7 @@ next to its target and only then swaps them in, with a rollback if a swap fails.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from datetime import datetime
@@ -41,16 +42,25 @@ def regions_text(path: Path, doc: dict[str, Any]) -> str:
 
 
 def meta_text(path: Path, report: RefreshReport, now: datetime) -> str:
-    doc = yaml.safe_load(path.read_text())
+    """meta.yaml with only its `refreshed:` block rewritten: the hand-written rest (comments,
+    `>-` folded sources, key order) stays byte for byte, so `--in-place` shows news only in the
+    diff (a whole-file yaml.safe_dump turned every folded block into quoted text; issue 22)."""
+    text = path.read_text()
     endpoint = os.environ.get("AWS_ENDPOINT_URL")
-    doc["refreshed"] = {
+    block = {"refreshed": {
         "at": now.isoformat(timespec="seconds"),
         "regions": report.regions,
         "endpoint": endpoint or "AWS",
         "refreshed": sorted({i.field for i in report.items if i.status in ("refreshed", "added", "removed")}),
         "kept": [i.to_dict() for i in report.kept()],
-    }
-    return _dump_yaml(path, doc)
+    }}  # fmt: skip
+    dumped = yaml.safe_dump(block, sort_keys=False, allow_unicode=True, width=100, default_flow_style=None)
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if re.match(r"^refreshed:", line)), None)
+    if start is None:
+        return (text if text.endswith("\n") or not text else text + "\n") + dumped
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"^[^\s#]", lines[i])), len(lines))
+    return "".join(lines[:start]) + dumped + "".join(lines[end:])
 
 
 def write_all_or_none(files: dict[Path, str]) -> None:

@@ -11,7 +11,6 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuforge.core.catalog import did_you_mean
@@ -145,7 +144,18 @@ def load_profile(name: str) -> Profile:
     path = PROFILE_DIR / f"{name}.yaml"
     if not path.is_file():
         raise UnknownProfileError(name, profile_names())
-    return Profile.model_validate(yaml.safe_load(path.read_text()))
+    from pydantic import ValidationError
+
+    from gpuforge.common import inputfile
+    from gpuforge.common.errors import InputError
+
+    doc = inputfile.read_document(path, inputfile.PROFILE)
+    try:
+        return Profile.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise InputError(f"{path}: {where}: {err['msg']}", "restore the profile (git checkout) or fix the key") from None
 
 
 def all_profiles() -> dict[str, Profile]:

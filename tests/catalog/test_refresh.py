@@ -251,3 +251,20 @@ def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         return list(reader.fieldnames or []), list(reader)
+
+
+def test_refresh_keeps_meta_yaml_style(aws_env: str, tmp_path: Path) -> None:
+    """Only the `refreshed:` block changes: the hand-written rest of meta.yaml (comments, `>-`
+    folded sources, order) stays byte for byte, as `--in-place` must keep it (issue 22)."""
+    original = (CATALOG_DIR / "meta.yaml").read_text()
+    refresh_catalog(["us-east-1"], tmp_path, now=NOW)
+    written = (tmp_path / "meta.yaml").read_text()
+    before = original[: original.index("\nrefreshed:")]
+    assert written.startswith(before + "\nrefreshed:\n"), written[: len(before) + 200]
+    assert yaml.safe_load(written)["refreshed"]["regions"] == ["us-east-1"]
+    again = tmp_path / "again"
+    again.mkdir()
+    for name in CATALOG_FILES:
+        (again / name).write_text((tmp_path / name).read_text())
+    refresh_catalog(["us-east-1"], again, source_dir=tmp_path, now=NOW)  # replaces the block, never appends one
+    assert (again / "meta.yaml").read_text().count("\nrefreshed:") == 1

@@ -22,8 +22,19 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 CASES = [
     ("unknown profile", base_config(profile="cv-trainng"), "gpuforge:profile", "did you mean 'cv-training'"),
     ("unknown key", {**base_config(), "gpuforge:nodeCuont": 2}, "gpuforge:nodeCuont", "did you mean 'nodeCount'"),
-    # 0 is Pulumi.yaml's default for nodeCount and means "the profile's" (the CLI needs a default)
-    ("negative nodes", base_config(nodeCount=-1), "gpuforge:nodeCount", "1 to 256"),
+    # -1 is Pulumi.yaml's default for nodeCount and means "the profile's" (the CLI needs a default);
+    # 0 is refused, never read as the profile's count (issue 22: a p4de for a user scaling to zero)
+    ("zero nodes", base_config(nodeCount=0), "gpuforge:nodeCount", "0 nodes"),
+    ("zero nodes as text", base_config(nodeCount="0"), "gpuforge:nodeCount", "pulumi destroy"),
+    ("negative nodes", base_config(nodeCount=-2), "gpuforge:nodeCount", "1 to 256"),
+    # AWS limits config can exceed (core/aws_limits.yaml): 60 inbound IPv4 rules per security group,
+    # one of them the cluster's own; and the tag rules for values that become tags (issue 22)
+    ("a security group's worth of CIDRs", base_config(sshCidrs=[f"10.{i}.0.0/16" for i in range(60)]),
+     "gpuforge:sshCidrs", "60 IPv4 CIDRs"),
+    ("a thousand CIDRs", base_config(sshCidrs=[f"10.{i // 250}.{i % 250}.0/24" for i in range(1000)]),
+     "gpuforge:sshCidrs", "59 more"),
+    ("tag value too long", base_config(owner="o" * 257), "gpuforge:owner", "at most 256"),
+    ("tag value character", base_config(costCenter="cc#1"), "gpuforge:costCenter", "'#' cannot be in a tag value"),
     ("too many nodes", base_config(nodeCount=1000), "gpuforge:nodeCount", "1 to 256"),
     ("not a number", base_config(nodeCount="four"), "gpuforge:nodeCount", "integer"),
     ("type not in region", base_config(instanceType="p5e.48xlarge"), "gpuforge:instanceType", "not offered in us-east-1"),
@@ -72,6 +83,15 @@ def test_bad_config_exits_2_naming_the_key(case, config, key, fix, project, caps
     assert err.startswith(f"error: {key}:"), err
     assert fix in err, err
     assert "Traceback" not in err and out == ""
+
+
+def test_the_most_ssh_cidrs_a_security_group_takes_preview(project, capsys):
+    """59 IPv4 CIDRs plus the cluster's own rule is 60: AWS's default, accepted."""
+    proj = project("t", base_config(sshCidrs=[f"10.{i}.0.0/16" for i in range(59)]))
+    code, out, err = run_cli(["preview", "--stack", "t", "--project-dir", str(proj), "--format", "json",
+                              "--no-policies"], capsys)  # fmt: skip
+    assert code == 0, err
+    assert out.count('"fromPort": 22') == 59
 
 
 def test_public_ssh_allowed_explicitly_previews(project, capsys):

@@ -304,7 +304,7 @@ def test_preview_refuses_what_the_cli_refuses(tmp_path, capsys, stack_yaml, expe
 
 def test_preview_refuses_a_pulumi_yaml_the_cli_refuses(tmp_path, capsys):
     proj = _copy_project(tmp_path)
-    text = (proj / "Pulumi.yaml").read_text().replace("  nodeCount:\n    type: integer\n    default: 0\n",
+    text = (proj / "Pulumi.yaml").read_text().replace("  nodeCount:\n    type: integer\n    default: -1\n",
                                                       "  nodeCount:\n    type: integer\n    default: all\n")
     assert "default: all" in text
     (proj / "Pulumi.yaml").write_text(text)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from gpuforge.common.errors import InputError
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.thresholds import (
@@ -93,5 +94,5 @@ def test_bad_baselines(tmp_path):
     with pytest.raises(ThresholdsError, match="not a gpuforge baseline"):
         load_baseline(tmp_path / "b.json")
     (tmp_path / "c.json").write_text("{")
-    with pytest.raises(ThresholdsError, match="cannot read"):
+    with pytest.raises(InputError, match="not valid JSON"):  # the one reader (common/inputfile.py)
         load_baseline(tmp_path / "c.json")
