@@ -27,6 +27,7 @@ FOREIGN = {
     "--container-image": "nvidia-ctk / docker", "--filters": "aws ec2", "--owners": "aws ec2", "--output": "aws",
     "--query": "aws", "--service-code": "aws service-quotas / pricing", "--policy-pack": "pulumi",
     "--secret": "pulumi config set", "--query-gpu": "nvidia-smi",
+    "--device": "validate/node_scripts/poc_workloads.py (the node script's own argparse)",
     "--help": "every command", "--version": "gpuforge",
 }
 
