@@ -252,8 +252,9 @@ def _check_endpoint_access(raw: Any, ns: str) -> list[ConfigError]:
     the VPC or over a connected network (VPN, Direct Connect, transit gateway), and the cluster
     security group must allow tcp/443 from that network."""
     pub, priv = f"{ns}:eksPublicAccessCidrs", f"{ns}:eksPrivateAccessCidrs"
-    fix_private = (f"or set {ns}:eksEndpointAccess: private with {ns}:eksPrivateAccessCidrs and "
-                   f"{ns}:eksTransitGatewayId (the network path from your operators to the VPC)")
+    fix_private = (f"or set {ns}:eksEndpointAccess: private with {ns}:eksPrivateAccessCidrs, "
+                   f"{ns}:eksTransitGatewayId and {ns}:eksTransitGatewayRouteTableId (the network path from your "
+                   "operators to the VPC)")
     public_nets = _cidrs(pub, raw.eksPublicAccessCidrs)
     private_nets = _cidrs(priv, raw.eksPrivateAccessCidrs)
     if raw.eksEndpointAccess == "public":
