@@ -127,18 +127,18 @@ def slurm_settings(
             "'slurm' with autoscaling: slurm.conf lists every node by name, an Auto Scaling group names none",
             "set autoscaling: false (a fixed nodeCount), or scheduler: none",
         )
-    if raw.os in SLURM_OS_REFUSED:
-        raise ConfigError(
-            f"{NS}:os",
-            f"'{raw.os}' with scheduler slurm: {SLURM_OS_REFUSED[raw.os]}",
-            "set gpuforge:os: ubuntu-24.04 (Slurm 23.11.4 with cgroup/v2), or scheduler: none",
-        )
     slurm = profile.scheduler.slurm if profile.scheduler else None
     if slurm is None:
         raise ConfigError(
             key,
             f"profile {profile.name} ({profile.bootstrap.recipe}) has no Slurm layout (scheduler.slurm)",
             "use a training profile (cv-training, risk-sim) or scheduler: none",
+        )
+    if raw.os in SLURM_OS_REFUSED:
+        raise ConfigError(
+            f"{NS}:os",
+            f"'{raw.os}' with scheduler slurm: {SLURM_OS_REFUSED[raw.os]}",
+            "set gpuforge:os: ubuntu-24.04 (Slurm 23.11.4 with cgroup/v2), or scheduler: none",
         )
     chunks = hosts_chunks((f"{stack}-head", *node_names))
     return SlurmSettings(

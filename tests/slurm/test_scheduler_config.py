@@ -44,6 +44,9 @@ def test_slurm_on_cv_training_resolves_from_the_catalog_and_profile() -> None:
          r"gpuforge:scheduler: 'slurm' with autoscaling"),
         ("nlp-inference", {}, r"gpuforge:scheduler: 'slurm' with kubernetes 'eks'"),
         ("nlp-inference", {"kubernetes": "none"}, r"profile nlp-inference \(inference\) has no Slurm layout"),
+        # the profile is the first thing wrong there, not the OS
+        ("nlp-inference", {"kubernetes": "none", "os": "ubuntu-22.04"},
+         r"gpuforge:scheduler: profile nlp-inference \(inference\) has no Slurm layout"),
         # 21.08.5 has no cgroup/v2 plugin; 22.04 boots cgroup v2 (tests/slurm/test_slurm_plugins.py)
         ("risk-sim", {"os": "ubuntu-22.04"}, r"gpuforge:os: 'ubuntu-22.04' with scheduler slurm: Ubuntu 22.04's "
                                              r"Slurm 21.08.5 has no cgroup/v2 plugin"),
