@@ -195,3 +195,19 @@ def test_poc_as_a_kubernetes_job_on_an_eks_stack(tmp_path: Path) -> None:
     [doc] = load_results(tmp_path / "out")
     assert doc["run"]["transport"] == "kubernetes-job" and doc["node"] == NODE
     assert doc["provenance"]["gpu_share"].startswith("time-slicing")
+
+
+def test_the_job_and_configmap_are_valid_kubernetes_objects() -> None:
+    """Against the API's own OpenAPI schemas (kubernetes-validate, strict: unknown fields fail), at
+    the Kubernetes version the EKS stacks default to, as `gpuforge preview` checks its manifests."""
+    from gpuforge.components.kubernetes.schema import validate_manifests
+    from gpuforge.core.config import RawStackConfig
+    from gpuforge.validate.pocjob import manifests
+
+    version = RawStackConfig.model_fields["kubernetesVersion"].default
+    cm, job = manifests("bert-infer", _pin(), NodeFacts("g4dn.8xlarge", 1, 2, "time-slicing, 4 replicas per GPU"),
+                        "gpuforge-poc-0a1b2c3d", node_selector={"gpuforge.io/gpu": "true"})
+    assert validate_manifests([cm, job], version) == []
+    broken = json.loads(json.dumps(job))
+    broken["spec"]["template"]["spec"]["containers"][0]["resources"]["limit"] = {}
+    assert validate_manifests([broken], version)  # the strict check does catch a misspelt field
