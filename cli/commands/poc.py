@@ -199,9 +199,9 @@ def _label(result: PocResult, quick: bool) -> str:
 
 
 _FIGURES = {
-    "resnet50-train": (("images/s", "images_per_s"), ("epoch s", "epoch_seconds")),
+    "resnet50-train": (("images/s", "images_per_s"), ("epoch s, this node", "epoch_seconds")),
     "bert-infer": (("best QPS", "best_qps"), ("at batch", "best_batch_size")),
-    "mc-fp64": (("paths/s", "paths_per_s"), ("s per 1e9 paths", "seconds_per_1e9_paths")),
+    "mc-fp64": (("paths/s", "paths_per_s"), ("s per 1e9 paths, one GPU", "seconds_per_1e9_paths")),
 }
 
 
