@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpuforge.common.errors import ConfigError
 from gpuforge.core.catalog import Catalog, InstanceType, did_you_mean, load_catalog
 from gpuforge.core.config_rules import (
+    check_aws_key,
     check_bucket_base,
     check_egress,
     check_eks_combinations,
@@ -213,6 +214,8 @@ KNOWN_NAMESPACES = (PROJECT, "aws", "kubernetes", "pulumi")
 
 
 def _check_namespace(full_key: str, ns: str, key: str) -> None:
+    if ns == "aws":
+        check_aws_key(full_key, key)
     if ns in KNOWN_NAMESPACES:
         return
     close = difflib.get_close_matches(ns, KNOWN_NAMESPACES, n=1, cutoff=0.6)

@@ -314,3 +314,33 @@ def check_name_lengths(parsed: RawStackConfig, stack: str, nodes: tuple[str, ...
                 f"holds {label.value} ({label.source})",
                 f"use a stack name of at most {label.value - (len(host) - len(stack))} characters",
             )
+
+
+# The aws provider's own config keys (`aws:<key>` in a stack file), as pulumi-aws reads them:
+# pulumi_aws/config/vars.py (pulumi-aws 7.x), one `__config__.get('<key>')` each;
+# tests/components/test_provider_keys.py checks this list against the installed file.
+AWS_PROVIDER_KEYS = (
+    "accessKey", "allowedAccountIds", "assumeRoleWithWebIdentity", "assumeRoles", "customCaBundle", "defaultTags",
+    "ec2MetadataServiceEndpoint", "ec2MetadataServiceEndpointMode", "endpoints", "forbiddenAccountIds", "httpProxy",
+    "httpsProxy", "ignoreTags", "insecure", "maxRetries", "noProxy", "profile", "region", "retryMode",
+    "s3UsEast1RegionalEndpoint", "s3UsePathStyle", "secretKey", "sharedConfigFiles", "sharedCredentialsFiles",
+    "skipCredentialsValidation", "skipMetadataApiCheck", "skipRegionValidation", "skipRequestingAccountId",
+    "stsRegion", "tagPolicyCompliance", "token", "tokenBucketRateLimiterCapacity", "useDualstackEndpoint",
+    "useFipsEndpoint", "userAgents",
+)  # fmt: skip
+
+
+def check_aws_key(full_key: str, key: str) -> None:
+    """An `aws:` key the provider does not read does nothing (`aws:regoin` left the region unset,
+    silently): refused with a did-you-mean (issue 22)."""
+    import difflib
+
+    if key in AWS_PROVIDER_KEYS:
+        return
+    close = difflib.get_close_matches(key, AWS_PROVIDER_KEYS, n=1, cutoff=0.6)
+    raise ConfigError(
+        full_key,
+        "unknown key of the aws provider: nothing reads it" + (f" (did you mean aws:{close[0]}?)" if close else ""),
+        f"write it as aws:{close[0]}" if close else "remove it; the provider's keys are in pulumi-aws's config reference",
+    )
+
