@@ -80,6 +80,8 @@ class NodePlan:
     munge_parameter: str | None = None
     hosts_parameters: tuple[str, ...] = ()
     slurm_daemon: str = "slurmd"  # slurmctld on the head node (bootstrap/slurm_head.py)
+    db_parameter: str | None = None  # the head's accounting database password (SSM SecureString)
+    extra_files: tuple[tuple[str, str], ...] = ()  # path -> text, e.g. the head's job pricing file
     ena_express: bool = False  # gpuforge:enaExpress: the base phase sets MTU 8900 on the primary interface
 
     @property
@@ -208,6 +210,8 @@ def plan_node(
         where = f"cluster {cfg.slurm.cluster_name}, head {cfg.slurm.head_name}"
         phases.append(Phase("slurm", f"munge and slurmd {sv.version} ({where})"))
         phases.append(Phase("pyxis", f"Enroot {v.enroot.version} and Pyxis {v.pyxis.version}: NGC images under srun"))
+        if cfg.slurm.accounting is not None and cfg.slurm.accounting.users:
+            phases.append(Phase("slurm-users", "the teams' users with the UIDs of their team files (as on the head)"))
         phases.append(Phase("slurm-start", "slurmd through its packaged unit, after pyxis.conf is in place"))
     phases.append(Phase("self-check", "GPU count and model, driver/fabric manager versions, EFA provider"))
 

@@ -21,7 +21,7 @@ import yaml
 
 from gpuforge.bootstrap.ncclenv import env_file, nccl_env, profile_script
 from gpuforge.bootstrap.plan import BASE_PACKAGES, CONTAINER_TOOLKIT_PACKAGES, BootstrapError, NodePlan, plan_node
-from gpuforge.bootstrap.slurm import render_slurm
+from gpuforge.bootstrap.slurm import render_accounting, render_slurm, render_users
 from gpuforge.bootstrap.versions import Versions, load_versions
 from gpuforge.core.config import StackConfig
 from gpuforge.core.limits import limit
@@ -179,6 +179,10 @@ def _render_files(plan: NodePlan, v: Versions) -> dict[str, str]:
         # Configless Slurm: only the head carries the files; every slurmd fetches them from
         # slurmctld at start (--conf-server), so GPU nodes' user data stays under EC2's 16 KB.
         files.update(render_slurm(plan.slurm))
+        files.update(render_accounting(plan.slurm))
+    if plan.slurm is not None:
+        files.update(render_users(plan.slurm))
+    files.update(dict(plan.extra_files))
     if plan.slurm is not None and plan.slurm_daemon == "slurmd":
         files["opt/gpuforge/bin/gpuforge-health-check"] = env.get_template("gpuforge-health-check.j2").render(ctx)
         files[SLURMD_DROPIN] = env.get_template("slurmd-dropin.conf.j2").render(ctx)

@@ -17,7 +17,7 @@ import jinja2
 from ClusterShell.NodeSet import NodeSet
 
 from gpuforge.core.profiles import SlurmHealthCheck, SlurmPartition
-from gpuforge.core.scheduler import SlurmSettings
+from gpuforge.core.scheduler import SlurmAccount, SlurmSettings, SlurmUser
 
 CONF_DIR = "/etc/slurm"
 # slurmdbd.conf without its StoragePass line: the head's accounting phase writes /etc/slurm/slurmdbd.conf
@@ -44,26 +44,6 @@ class SlurmPaths:
     munge_socket: str | None = None  # None: munged's default socket
     health_check_program: str = HEALTH_CHECK_PROGRAM
     conf_dir: str = CONF_DIR  # where slurm.conf and slurmdbd.conf live (the accounting script reads them)
-
-
-@dataclass(frozen=True)
-class SlurmAccount:
-    """A team's Slurm account: GrpTRES=gres/gpu=<gpu_quota> binds every job charged to it."""
-
-    name: str
-    gpu_quota: int
-    organization: str  # the team's cost centre (sacctmgr Organization)
-
-
-@dataclass(frozen=True)
-class SlurmUser:
-    """A team member: the same UID on the head and every node; `gpu_limit` is the user's own
-    GrpTRES=gres/gpu under the team's account (None: only the team's quota binds)."""
-
-    name: str
-    uid: int
-    account: str
-    gpu_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +115,16 @@ def layout_for(settings: SlurmSettings, gres_mode: GresMode) -> SlurmLayout:
         health_check=settings.health_check,
         switch_name=settings.switch_name,
         pyxis=True,
+        accounting=_accounting(settings),
     )
+
+
+def _accounting(settings: SlurmSettings) -> SlurmAccounting | None:
+    a = settings.accounting
+    if a is None:
+        return None
+    return SlurmAccounting(embedded=a.embedded, storage_host=a.host, storage_port=a.port, storage_user=a.user,
+                           accounts=a.accounts, users=a.users)  # fmt: skip
 
 
 def _env() -> jinja2.Environment:

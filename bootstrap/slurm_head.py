@@ -1,5 +1,6 @@
 """User data of a Slurm stack's head node: the GPU nodes' runner, library and Slurm files, with
-only the phases a controller needs (base: packages, time, hostname; slurm: munge and slurmctld).
+only the phases a controller needs (base: packages, time, hostname; slurm: munge; slurm-accounting:
+slurmdbd and its database; slurm-start: slurmctld; slurm-accounts: the teams' accounts and quotas).
 
 The same templates as the GPU nodes, so the head and its nodes pin the same Slurm version (they
 boot the same AMI) and read the same slurm.conf.
@@ -13,6 +14,7 @@ from gpuforge.bootstrap.plan import BootstrapError, Phase, plan_node
 from gpuforge.bootstrap.render import RenderedBootstrap, render_plan
 from gpuforge.bootstrap.versions import load_versions
 from gpuforge.core.config import StackConfig
+from gpuforge.core.jobcost import PRICING_FILE, pricing_for
 
 
 def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
@@ -21,17 +23,27 @@ def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
     v = load_versions()
     gpu_plan = plan_node(cfg, cfg.slurm.head_name, v)
     assert gpu_plan.slurm_version is not None
+    acct = cfg.slurm.accounting
+    phases = [
+        Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the head node's name"),
+        Phase("slurm", f"munge and slurmctld {gpu_plan.slurm_version.version} (cluster {cfg.slurm.cluster_name})"),
+        Phase("pyxis", f"Pyxis {v.pyxis.version} for srun/sbatch on the submit host (no Enroot)"),
+    ]
+    if acct is not None:
+        db = "MariaDB on this node" if acct.embedded else f"the database at {acct.host}:{acct.port}"
+        phases.append(Phase("slurm-accounting", f"slurmdbd on {db}, the cluster registered, the teams' users"))
+    phases.append(Phase("slurm-start", "slurmctld through its packaged unit; answers scontrol ping"))
+    if acct is not None:
+        phases.append(Phase("slurm-accounts", "one account per team with its GPU quota (GrpTRES), users and their limits"))
     plan = dataclasses.replace(
         gpu_plan,
         slurm_daemon="slurmctld",
-        phases=(
-            Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the head node's name"),
-            Phase("slurm", f"munge and slurmctld {gpu_plan.slurm_version.version} (cluster {cfg.slurm.cluster_name})"),
-            Phase("pyxis", f"Pyxis {v.pyxis.version} for srun/sbatch on the submit host (no Enroot)"),
-            Phase("slurm-start", "slurmctld through its packaged unit; answers scontrol ping"),
-        ),
+        phases=tuple(phases),
         cloudwatch_agent=None,
         checkpoint_command=None,
         checkpoint_images=(),
+        db_parameter=acct.password_parameter if acct is not None else None,
+        # `gpuforge cost --jobs` on the head prices jobs with this (the stack files stay with the operator)
+        extra_files=((PRICING_FILE.lstrip("/"), pricing_for(cfg).to_json()),),
     )
     return render_plan(cfg, plan, v)

@@ -24,7 +24,6 @@ import pulumi_random as random
 from gpuforge.bootstrap.slurm_head import render_head_user_data
 from gpuforge.components.compute import SSM_CORE_POLICY, Node
 from gpuforge.core.config import StackConfig
-from gpuforge.core.slurmhead_sizes import HEAD_ROOT_GIB
 
 
 @dataclass(frozen=True)
@@ -85,6 +84,24 @@ class SlurmHead(pulumi.ComponentResource):
             opts=child,
         )
 
+        acct = slurm.accounting
+        depends: list[pulumi.Resource] = [munge_param]
+        if acct is not None and acct.embedded:
+            # The embedded MariaDB's password for slurmdbd: made here, kept only as a SecureString under
+            # the cluster's key; the head's accounting phase reads it at boot (never in user data).
+            # Letters and digits: it goes inside SQL quotes and slurmdbd.conf as it is.
+            password = random.RandomPassword(f"{name}-db-password", length=32, special=False, opts=child)
+            depends.append(aws.ssm.Parameter(
+                f"{name}-db-password",
+                name=acct.password_parameter,
+                type="SecureString",
+                key_id=key.arn,
+                value=password.result,
+                description="Slurm accounting database password (slurmdbd), read by the head node at boot",
+                tags=tags,
+                opts=child,
+            ))  # fmt: skip
+
         role = aws.iam.Role(
             f"{name}-head-role",
             assume_role_policy=json.dumps(
@@ -98,12 +115,16 @@ class SlurmHead(pulumi.ComponentResource):
         aws.iam.RolePolicyAttachment(f"{name}-head-ssm-core", role=role.name, policy_arn=SSM_CORE_POLICY, opts=child)
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id
         arn = f"arn:aws:ssm:{cfg.region}:{{}}:parameter{{}}"
-        param_arns = account.apply(
-            lambda acct: [arn.format(acct, p) for p in (slurm.munge_parameter, *slurm.hosts_parameters)]
-        )
-        policy = pulumi.Output.all(param_arns, key.arn).apply(lambda v: parameter_policy(v[0], v[1], cfg.region))
-        aws.iam.RolePolicy(f"{name}-head-slurm", role=role.id, policy=policy, opts=child)
-        aws.iam.RolePolicy(f"{name}-node-slurm", role=args.node_role_name, policy=policy, opts=child)
+        node_params = (slurm.munge_parameter, *slurm.hosts_parameters)
+        # Only the head reads the accounting database's password; the GPU nodes never see it.
+        head_params = node_params + ((acct.password_parameter,) if acct is not None else ())
+
+        def policy_for(params: tuple[str, ...]) -> pulumi.Output[str]:
+            arns = account.apply(lambda a: [arn.format(a, p if p.startswith("/") else f"/{p}") for p in params])
+            return pulumi.Output.all(arns, key.arn).apply(lambda v: parameter_policy(v[0], v[1], cfg.region))
+
+        aws.iam.RolePolicy(f"{name}-head-slurm", role=role.id, policy=policy_for(head_params), opts=child)
+        aws.iam.RolePolicy(f"{name}-node-slurm", role=args.node_role_name, policy=policy_for(node_params), opts=child)
         profile = aws.iam.InstanceProfile(f"{name}-head-profile", role=role.name, tags=tags, opts=child)
 
         self.instance = aws.ec2.Instance(
@@ -119,13 +140,13 @@ class SlurmHead(pulumi.ComponentResource):
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
             ),
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                volume_size=HEAD_ROOT_GIB, volume_type="gp3", encrypted=True, delete_on_termination=True
+                volume_size=slurm.head_root_gib, volume_type="gp3", encrypted=True, delete_on_termination=True
             ),
             # No placement_group: the cluster placement group's slots are for the GPU nodes.
             user_data_base64=render_head_user_data(cfg).user_data_base64,
             tags={**tags, "Name": slurm.head_name},
             volume_tags={**tags, "Name": f"{slurm.head_name}-root"},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[munge_param]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
         )
 
         ips = {slurm.head_name: self.instance.private_ip, **{n.name: n.instance.private_ip for n in args.nodes}}

@@ -137,6 +137,11 @@ class RawStackConfig(BaseModel):
     mirror: tuple[str, ...] = ()
     # Scheduler layer (core/scheduler.py validates and resolves it).
     scheduler: Literal["none", "slurm"] = "none"
+    # Slurm accounting (core/scheduler.py accounting_settings): an existing database instead of
+    # MariaDB on the head node.
+    accountingDbEndpoint: str | None = None
+    accountingDbPasswordParameter: str | None = None
+    accountingDbUser: str = Field(default="slurm", pattern=r"^[A-Za-z0-9_]{1,32}$")
 
 
 CONFIG_KEYS = tuple(RawStackConfig.model_fields)

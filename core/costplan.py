@@ -129,17 +129,22 @@ def _egress_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, 
 
 
 def _slurm_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
-    """The head node runs on demand whatever the GPU nodes are bought as (components/slurmhead.py)."""
+    """The head node runs on demand whatever the GPU nodes are bought as (components/slurmhead.py).
+    With accounting in MariaDB on the head (the default) it is the larger type and its root volume
+    holds the database too (core/slurmhead_sizes.py); an existing database is billed elsewhere."""
     if cfg.slurm is None:
         return ()
     from gpuforge.core.catalog import load_catalog
-    from gpuforge.core.slurmhead_sizes import HEAD_ROOT_GIB
 
     head = prices.instance(cfg.slurm.head_instance_type, cfg.region)
     gp3 = load_catalog().storage.usd_per_gb_month["gp3"]
+    acct = cfg.slurm.accounting
+    why = " (slurmctld, slurmdbd, MariaDB)" if acct is not None and acct.embedded else ""
+    root = cfg.slurm.head_root_gib
     return (
-        FixedItem(f"Slurm head {cfg.slurm.head_instance_type}", 1, "nodes", head),
-        FixedItem("storage Slurm head root gp3", HEAD_ROOT_GIB, "GiB", HEAD_ROOT_GIB * gp3 / HOURS_PER_MONTH),
+        FixedItem(f"Slurm head {cfg.slurm.head_instance_type}{why}", 1, "nodes", head),
+        FixedItem("storage Slurm head root gp3" + (" (incl. accounting database)" if why else ""), root, "GiB",
+                  root * gp3 / HOURS_PER_MONTH),
     )
 
 

@@ -8,6 +8,7 @@ Pure data: no Pulumi, so bootstrap and the CLI may import it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from gpuforge.common.errors import ConfigError
 from gpuforge.core.catalog import GpuModel, InstanceType
 from gpuforge.core.limits import limit
 from gpuforge.core.profiles import Profile, SlurmHealthCheck, SlurmPartition
+from gpuforge.core.slurmhead_sizes import HEAD_DB_INSTANCE_TYPE, head_root_gib
 
 NS = "gpuforge"
 # RealMemory is 95 % of the memory EC2 lists: the kernel and firmware keep some, and a node whose
@@ -37,6 +39,41 @@ SLURM_OS_REFUSED = {"ubuntu-22.04": "Ubuntu 22.04's Slurm 21.08.5 has no cgroup/
 
 
 @dataclass(frozen=True)
+class SlurmAccount:
+    """A team's Slurm account: GrpTRES=gres/gpu=<gpu_quota> binds every job charged to it."""
+
+    name: str
+    gpu_quota: int
+    organization: str  # the team's cost centre (sacctmgr Organization)
+
+
+@dataclass(frozen=True)
+class SlurmUser:
+    """A team member: the same UID on the head and every node; `gpu_limit` is the user's own
+    GrpTRES=gres/gpu under the team's account (None: only the team's quota binds)."""
+
+    name: str
+    uid: int
+    account: str
+    gpu_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class AccountingSettings:
+    """slurmdbd on the head, storing into MariaDB on the head (embedded, the default) or into an
+    existing MySQL-compatible endpoint (gpuforge:accountingDbEndpoint). The password is an SSM
+    SecureString, made at deploy time for the embedded database (components/slurmhead.py)."""
+
+    embedded: bool
+    host: str
+    port: int
+    user: str
+    password_parameter: str
+    accounts: tuple[SlurmAccount, ...]
+    users: tuple[SlurmUser, ...]
+
+
+@dataclass(frozen=True)
 class SlurmSettings:
     cluster_name: str  # ClusterName: lowercase, what accounting and sacct know the cluster as
     head_name: str  # the head node's name (SlurmctldHost) and its Name tag
@@ -56,6 +93,8 @@ class SlurmSettings:
     # as the names need at the standard tier's 4,096 characters (hosts_chunks), read in order
     hosts_parameters: tuple[str, ...]
     hosts_chunks: tuple[tuple[str, ...], ...]  # the names each of hosts_parameters lists
+    accounting: AccountingSettings | None = None
+    head_root_gib: int = 50  # core/slurmhead_sizes.py: more with the embedded database
 
 
 # Parameter Store quotas (AWS General Reference, "AWS Systems Manager endpoints and quotas"):
@@ -113,6 +152,10 @@ def slurm_settings(
 ) -> SlurmSettings | None:
     """`raw` is the RawStackConfig; None when the stack asks for no scheduler."""
     if raw.scheduler == "none":
+        for k in ACCOUNTING_KEYS:
+            if getattr(raw, k) is not None:
+                raise ConfigError(f"{NS}:{k}", "is Slurm accounting's, and gpuforge:scheduler is none",
+                                  "remove it, or set gpuforge:scheduler: slurm")  # fmt: skip
         return None
     key = f"{NS}:scheduler"
     if raw.kubernetes == "eks":
@@ -141,10 +184,12 @@ def slurm_settings(
             "set gpuforge:os: ubuntu-24.04 (Slurm 23.11.4 with cgroup/v2), or scheduler: none",
         )
     chunks = hosts_chunks((f"{stack}-head", *node_names))
+    accounting = accounting_settings(raw, stack)
+    embedded = accounting.embedded
     return SlurmSettings(
         cluster_name=stack.lower(),
         head_name=f"{stack}-head",
-        head_instance_type=slurm.head_instance_type,
+        head_instance_type=HEAD_DB_INSTANCE_TYPE if embedded else slurm.head_instance_type,
         node_names=node_names,
         cpus=instance.vcpus,
         cores=instance.cores,
@@ -158,4 +203,42 @@ def slurm_settings(
         munge_parameter=f"/gpuforge/{stack}/slurm/munge-key",
         hosts_parameters=tuple(f"/gpuforge/{stack}/slurm/hosts/{i}" for i in range(len(chunks))),
         hosts_chunks=chunks,
+        accounting=accounting,
+        head_root_gib=head_root_gib(embedded),
     )
+
+
+ACCOUNTING_KEYS = ("accountingDbEndpoint", "accountingDbPasswordParameter")
+_ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(:(?P<port>\d{1,5}))?$")
+_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.\-/]{1,1000}$")  # SSM parameter names
+
+
+def accounting_settings(raw: Any, stack: str) -> AccountingSettings:
+    """The embedded MariaDB unless gpuforge:accountingDbEndpoint names an existing database, whose
+    password is then the SecureString gpuforge:accountingDbPasswordParameter names. Accounts and
+    users come from the team files (stacks/teams): one account per team, the quota as GrpTRES."""
+    from gpuforge.core.teams import check_users_across, load_teams
+
+    endpoint, param = raw.accountingDbEndpoint, raw.accountingDbPasswordParameter
+    if (endpoint is None) != (param is None):
+        given, missing = ("accountingDbEndpoint", "accountingDbPasswordParameter") if endpoint else (
+            "accountingDbPasswordParameter", "accountingDbEndpoint")
+        raise ConfigError(f"{NS}:{missing}", f"not set, but {NS}:{given} is",
+                          "set both (an existing database: its host[:port] and the SecureString with its password), "
+                          "or neither (MariaDB on the head node)")  # fmt: skip
+    teams = load_teams()
+    check_users_across(teams)
+    accounts = tuple(SlurmAccount(t.name, t.gpu_quota, t.cost_center) for t in teams.values())
+    users = tuple(SlurmUser(u.name, u.uid, t.name, u.gpu_limit) for t in teams.values() for u in t.users)
+    if endpoint is None:
+        return AccountingSettings(True, "127.0.0.1", 3306, "slurm", f"/gpuforge/{stack}/slurm/db-password",
+                                  accounts, users)  # fmt: skip
+    m = _ENDPOINT.fullmatch(endpoint)
+    port = int(m.group("port") or 3306) if m else 0
+    if m is None or not 1 <= port <= 65535:
+        raise ConfigError(f"{NS}:accountingDbEndpoint", f"{endpoint!r} is not host[:port]",
+                          "e.g. slurm-acct.cluster-abc.us-east-1.rds.amazonaws.com:3306")  # fmt: skip
+    if not _PARAMETER.fullmatch(param):
+        raise ConfigError(f"{NS}:accountingDbPasswordParameter", f"{param!r} is not an SSM parameter name",
+                          "e.g. /mysite/slurm/db-password (a SecureString)")  # fmt: skip
+    return AccountingSettings(False, m.group("host"), port, raw.accountingDbUser, param, accounts, users)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuforge.common import inputfile
 from gpuforge.common.errors import InputError
@@ -15,6 +15,21 @@ from gpuforge.core.config_rules import internet_wide
 
 TEAMS_DIR = Path(__file__).resolve().parents[1] / "stacks" / "teams"
 NAME = r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$"  # becomes part of stack and bucket names
+USER = r"^[a-z_][a-z0-9_-]{0,31}$"  # a Linux user name (useradd's default NAME_REGEX, 32 characters)
+# UIDs the team files may give: above the distributions' login range start (1000, Ubuntu's first
+# user is the AMI's) and below 60000 (UID_MAX in login.defs; nobody is 65534).
+UID_MIN, UID_MAX = 2000, 59999
+
+
+class TeamUser(BaseModel):
+    """A member who runs Slurm jobs: the same UID on the head and every node of the team's
+    clusters; `gpu_limit` caps the GPUs their running jobs hold at once (Slurm GrpTRES)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=USER)
+    uid: int = Field(ge=UID_MIN, le=UID_MAX)
+    gpu_limit: int | None = Field(default=None, ge=0)
 
 
 class Team(BaseModel):
@@ -28,6 +43,23 @@ class Team(BaseModel):
     gpu_quota: int = Field(ge=0)
     ssh_cidrs: tuple[str, ...] = ()
     region: str = "us-east-1"
+    users: tuple[TeamUser, ...] = ()
+
+    @field_validator("users")
+    @classmethod
+    def _distinct_users(cls, users: tuple[TeamUser, ...]) -> tuple[TeamUser, ...]:
+        names, uids = [u.name for u in users], [u.uid for u in users]
+        for what, dup in (("name", {n for n in names if names.count(n) > 1}), ("uid", {i for i in uids if uids.count(i) > 1})):
+            if dup:
+                raise ValueError(f"two users with {what} {sorted(dup, key=str)[0]}")
+        return users
+
+    @model_validator(mode="after")
+    def _limits_within_quota(self) -> Team:
+        for u in self.users:
+            if u.gpu_limit is not None and u.gpu_limit > self.gpu_quota:
+                raise ValueError(f"user {u.name}: gpu_limit {u.gpu_limit} is above the team's gpu_quota {self.gpu_quota}")
+        return self
 
     @field_validator("ssh_cidrs")
     @classmethod
@@ -83,3 +115,19 @@ def load_teams_reporting(directory: Path = TEAMS_DIR) -> tuple[dict[str, Team], 
         except InputError as exc:
             problems[name] = exc.message
     return teams, problems
+
+
+def check_users_across(teams: dict[str, Team]) -> None:
+    """A user name or UID in two team files would be one Linux user in two accounts, or two users
+    with one UID: refuse it, naming both files."""
+    by_name: dict[str, str] = {}
+    by_uid: dict[int, str] = {}
+    for team in teams.values():
+        for u in team.users:
+            clash = (f"user {u.name}", by_name.get(u.name)) if u.name in by_name else (f"uid {u.uid}", by_uid.get(u.uid))
+            if clash[1] is not None:
+                raise InputError(
+                    f"stacks/teams/{team.name}.yaml: {clash[0]} is also in stacks/teams/{clash[1]}.yaml",
+                    "give each person one team file entry and a UID of their own",
+                )
+            by_name[u.name] = by_uid[u.uid] = team.name

@@ -115,6 +115,9 @@ class OfflineMocks(pulumi.runtime.Mocks):
             # A stand-in, never a key: the engine marks these secret, as the provider does.
             state["base64"] = "T0ZGTElORS1NVU5HRS1LRVk="  # base64("OFFLINE-MUNGE-KEY")
             state["hex"] = "4f46464c494e452d4d554e47452d4b4559"
+        elif typ == "random:index/randomPassword:RandomPassword":
+            # A stand-in, never a password (the Slurm accounting database's); secret, as the provider makes it.
+            state["result"] = "OFFLINEDBPASSWORDSTANDIN00000000"
         elif typ.startswith("kubernetes:"):
             meta = dict(state.get("metadata") or {})
             meta.setdefault("name", name)

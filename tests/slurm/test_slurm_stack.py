@@ -27,13 +27,13 @@ def _user_data(text_b64: str) -> str:
     return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
 
 
-def test_head_node_is_small_on_demand_outside_the_placement_group(record) -> None:
+def test_head_node_is_on_demand_outside_the_placement_group(record) -> None:
     res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
     [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
     gpu = [r for r in _by(res, INSTANCE) if r.name != "vision-slurm-head"]
     assert len(gpu) == 2 and all(r.inputs.get("placementGroup") for r in gpu)
     i = head.inputs
-    assert i["instanceType"] == "m6i.large" and "placementGroup" not in i and "instanceMarketOptions" not in i
+    assert i["instanceType"] == "m6i.xlarge" and "placementGroup" not in i and "instanceMarketOptions" not in i
     assert i["metadataOptions"]["httpTokens"] == "required"
     assert i["rootBlockDevice"]["encrypted"] is True
     ud = _user_data(i["userDataBase64"])
@@ -104,9 +104,16 @@ def test_cost_counts_the_head_node(record) -> None:
     plain = record().cost.to_dict()
     slurm = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04").cost.to_dict()
     items = {line["item"] for line in slurm["lines"]}
-    assert {"Slurm head m6i.large", "storage Slurm head root gp3"} <= items
-    # m6i.large on demand (catalog/platform_prices.yaml) + 50 GiB gp3 (catalog/storage_prices.yaml)
-    assert abs(slurm["hourly"]["on_demand"] - plain["hourly"]["on_demand"] - (0.096 + 50 * 0.08 / 730)) < 2e-4
+    # accounting in MariaDB on the head (the default): m6i.xlarge on demand (catalog/platform_prices.yaml)
+    # + 100 GiB gp3 (50 for the OS and Slurm, 50 for the database; catalog/storage_prices.yaml)
+    assert {"Slurm head m6i.xlarge (slurmctld, slurmdbd, MariaDB)",
+            "storage Slurm head root gp3 (incl. accounting database)"} <= items  # fmt: skip
+    assert abs(slurm["hourly"]["on_demand"] - plain["hourly"]["on_demand"] - (0.192 + 100 * 0.08 / 730)) < 2e-4
+    # an existing database: the slurmctld-only head of the profile, 50 GiB
+    ext = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", accountingDbEndpoint="db.example.internal",
+                 accountingDbPasswordParameter="/site/db").cost.to_dict()  # fmt: skip
+    assert {"Slurm head m6i.large", "storage Slurm head root gp3"} <= {line["item"] for line in ext["lines"]}
+    assert abs(ext["hourly"]["on_demand"] - plain["hourly"]["on_demand"] - (0.096 + 50 * 0.08 / 730)) < 2e-4
 
 
 def test_guardrails_apply_to_the_head_node(record) -> None:
@@ -114,7 +121,7 @@ def test_guardrails_apply_to_the_head_node(record) -> None:
     assert check_graph(res) == []
 
     def head_only(change: Any) -> list[Any]:
-        return mutate(res, INSTANCE, lambda i: change(i) if i.get("instanceType") == "m6i.large" else None)
+        return mutate(res, INSTANCE, lambda i: change(i) if i.get("instanceType") == "m6i.xlarge" else None)
 
     imds = [v.message for v in check_graph(head_only(lambda i: i["metadataOptions"].update(httpTokens="optional")))]
     assert any("vision-slurm-head" in m and "IMDSv1" in m for m in imds), imds
@@ -122,3 +129,46 @@ def test_guardrails_apply_to_the_head_node(record) -> None:
     assert any("vision-slurm-head" in m for m in enc), enc
     untagged = [v.message for v in check_graph(head_only(lambda i: i.update(tags={"Name": "x"})))]
     assert any("vision-slurm-head" in m for m in untagged), untagged
+
+
+def test_accounting_password_is_a_secret_only_the_head_reads(record) -> None:
+    """Embedded accounting (the default): a generated password in a SecureString under the cluster's
+    key; the head's role may read it, the GPU nodes' may not; no user data carries it."""
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
+    [pw] = _by(res, "random:index/randomPassword:RandomPassword")
+    assert pw.inputs["length"] >= 32 and pw.inputs["special"] is False  # goes into SQL quotes as it is
+    [param] = [r for r in _by(res, PARAM) if r.inputs["name"] == "/gpuforge/vision-slurm/slurm/db-password"]
+    assert param.inputs["type"] == "SecureString" and param.inputs["keyId"]
+    assert param.inputs["value"].get(SECRET_SIG) == SECRET_VALUE
+    policies = {r.name: json.loads(r.inputs["policy"]) for r in _by(res, "aws:iam/rolePolicy:RolePolicy")}
+
+    def reads(name: str) -> set[str]:
+        return {a.split(":parameter")[1] for a in policies[name]["Statement"][0]["Resource"]}
+
+    assert "/gpuforge/vision-slurm/slurm/db-password" in reads("vision-slurm-head-slurm")
+    assert "/gpuforge/vision-slurm/slurm/db-password" not in reads("vision-slurm-node-slurm")
+    booted = [r.inputs.get("userDataBase64") or r.inputs.get("userData")
+              for r in _by(res, INSTANCE) + _by(res, "aws:ec2/launchTemplate:LaunchTemplate")]  # fmt: skip
+    texts = [_user_data(b) for b in booted if b]
+    assert texts and all("OFFLINEDBPASSWORDSTANDIN" not in t for t in texts)
+    [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
+    ud = _user_data(head.inputs["userDataBase64"])
+    assert "ssm_get /gpuforge/vision-slurm/slurm/db-password | \"$GF/bin/gpuforge-slurm-accounting\" dbd-conf" in ud
+    assert not [ln for ln in ud.splitlines() if ln.strip().startswith("StoragePass=")]
+
+
+def test_the_head_grows_with_the_embedded_database_and_not_with_an_existing_one(record) -> None:
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
+    [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
+    assert head.inputs["instanceType"] == "m6i.xlarge" and head.inputs["rootBlockDevice"]["volumeSize"] == 100
+    ext = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2,
+                 accountingDbEndpoint="acct.cluster-x.us-east-1.rds.amazonaws.com:3306",
+                 accountingDbPasswordParameter="/site/slurm/db-password").run.resources  # fmt: skip
+    [head] = [r for r in _by(ext, INSTANCE) if r.name == "vision-slurm-head"]
+    assert head.inputs["instanceType"] == "m6i.large" and head.inputs["rootBlockDevice"]["volumeSize"] == 50
+    assert not _by(ext, "random:index/randomPassword:RandomPassword")
+    ud = _user_data(head.inputs["userDataBase64"])
+    assert "StorageHost=acct.cluster-x.us-east-1.rds.amazonaws.com" in ud and "mariadb-server" not in ud
+    [hp] = [r for r in _by(ext, "aws:iam/rolePolicy:RolePolicy") if r.name == "vision-slurm-head-slurm"]
+    read = json.loads(hp.inputs["policy"])["Statement"][0]["Resource"]
+    assert any(a.endswith(":parameter/site/slurm/db-password") for a in read)
