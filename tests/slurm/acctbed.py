@@ -33,14 +33,13 @@ from pathlib import Path
 from gpuforge.bootstrap.slurm import (
     ACCOUNTING_SCRIPT,
     USERS_SCRIPT,
-    SlurmAccount,
     SlurmAccounting,
     SlurmLayout,
-    SlurmUser,
     render_accounting,
     render_users,
 )
 from gpuforge.core.profiles import SlurmPartition
+from gpuforge.core.scheduler import SlurmAccount, SlurmUser
 from tests.slurm.slurmbed import CONTROLLER, SlurmBed, _kill, _sh, _wait_file, slurm_missing
 
 ACCT_DAEMONS = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db", "mysql", "runuser")
