@@ -132,7 +132,9 @@ def _check_kubernetes_schema(cfg: StackConfig, run: Any) -> None:
     docs = recorded_manifests(run.resources)
     if not docs:
         return
-    version = cfg.kubernetes.version if cfg.kubernetes else "1.33"
+    from gpuforge.core.kubernetes.settings import default_eks_version
+
+    version = cfg.kubernetes.version if cfg.kubernetes else default_eks_version()
     problems = validate_manifests(docs, version)
     if problems:
         raise ProgramError(

@@ -209,11 +209,24 @@ def _eks_lifecycle(version: str, ns: str) -> tuple[EksVersion, str]:
     return row, row.support_on(day)
 
 
+# How far ahead preview and cost look for a version leaving standard support: the cost report's
+# 30-day window (core/costplan.py HOURS_30_DAYS).
+MOVE_WARNING_DAYS = 30
+
+
 def extended_support_warning(settings: KubernetesSettings) -> str | None:
-    """What preview and cost say when the cluster's version costs the extended-support rate."""
+    """What preview and cost say when the cluster's version costs the extended-support rate, or
+    moves to it within the cost report's 30 days."""
     ev = settings.eks_version
-    if ev is None or settings.support != "extended":
+    if ev is None:
         return None
+    if settings.support == "standard":
+        left = (ev.end_of_standard - today()).days
+        if left > MOVE_WARNING_DAYS:
+            return None
+        return (f"gpuforge:kubernetesVersion {ev.version} leaves EKS standard support on {ev.end_of_standard} (in "
+                f"{left} days): the control plane then costs the extended-support rate until {ev.end_of_extended}; "
+                f"upgrade the cluster before then")
     return (f"gpuforge:kubernetesVersion {ev.version} left EKS standard support on {ev.end_of_standard}: the control "
             f"plane is priced at the extended-support rate until {ev.end_of_extended}; set "
             f"`gpuforge:kubernetesVersion: {default_eks_version()}` for the standard rate")

@@ -104,3 +104,15 @@ def test_preview_and_cost_warn_about_extended_support(tmp_path, capsys) -> None:
         assert exit_.value.code == 0
         err = capsys.readouterr().err
         assert ("warning: gpuforge:kubernetesVersion 1.33 left EKS standard support" in err) is expect
+
+
+def test_a_version_about_to_leave_standard_support_is_warned_about(monkeypatch) -> None:
+    from gpuforge.core.kubernetes.settings import extended_support_warning
+
+    monkeypatch.setenv("GPUFORGE_TODAY", "2027-03-10")  # 1.35 leaves standard support on 2027-03-27
+    settings = parse_stack_config(config(), "t").kubernetes
+    assert settings is not None and settings.support == "standard"
+    assert "leaves EKS standard support on 2027-03-27 (in 17 days)" in (extended_support_warning(settings) or "")
+    monkeypatch.setenv("GPUFORGE_TODAY", "2026-12-04")
+    settings = parse_stack_config(config(), "t").kubernetes
+    assert settings is not None and extended_support_warning(settings) is None
