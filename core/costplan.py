@@ -24,6 +24,23 @@ HOURS_30_DAYS = 720
 
 OPTIONS = ("on_demand", "spot", "1y", "3y")
 OPTION_LABELS = {"on_demand": "on-demand", "spot": "spot", "1y": "1y commit", "3y": "3y commit"}
+# gpuforge:purchaseOption -> the catalog option it is billed at. A capacity reservation is billed at
+# the On-Demand rate whether or not instances run in it (EC2 User Guide, "Capacity Reservation pricing
+# and billing"); a capacity block's price is set when it is bought, so the catalog has none (None).
+_PRICED_AS: dict[str, str | None] = {
+    "on-demand": "on_demand",
+    "spot": "spot",
+    "capacity-reservation": "on_demand",
+    "capacity-block": None,
+}
+
+
+def price_option(purchase_option: str) -> str | None:
+    """The catalog option (OPTIONS) a stack's gpuforge:purchaseOption is billed at; None: not in the catalog."""
+    try:
+        return _PRICED_AS[purchase_option]
+    except KeyError:
+        raise ValueError(f"unknown purchase option {purchase_option!r}") from None
 TRAINING_RECIPES = frozenset({"training", "hpc"})
 
 

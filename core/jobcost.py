@@ -261,13 +261,14 @@ def pricing_for(cfg: Any) -> NodePricing:
     """The node price of a Slurm stack (`cfg`: a StackConfig with `slurm`), by `gpuforge cost`'s
     arithmetic: compute at gpuforge:purchaseOption plus the node's EBS storage, per node-hour."""
     from gpuforge.core.catalog import load_catalog
-    from gpuforge.core.costplan import OPTION_LABELS, stack_cost
+    from gpuforge.core.costplan import OPTION_LABELS, price_option, stack_cost
 
     if cfg.slurm is None:
         raise ValueError(f"stack {cfg.stack} runs no Slurm (gpuforge:scheduler is not slurm)")
     sc = stack_cost(cfg)
-    option = cfg.fleet.purchase_option.replace("-", "_")  # "on-demand" -> "on_demand"
-    price = sc.per_node_hourly(option) if option in OPTION_LABELS else None
+    priced_as = price_option(cfg.fleet.purchase_option)  # a capacity block has no catalog price
+    option = priced_as or cfg.fleet.purchase_option
+    price = None if priced_as is None else sc.per_node_hourly(priced_as)
     taken = load_catalog().meta["snapshot"]["taken"]
     return NodePricing(
         stack=cfg.stack, instance_type=cfg.instance.name, region=cfg.region, purchase_option=option,

@@ -19,22 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuforge.core.catalog import GpuModel
-from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, StackCost
+from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, StackCost, price_option
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 UNITS = {
     "resnet50-train": ("epoch", "one ImageNet-1k epoch (1,281,167 images)"),
     "bert-infer": ("1M inferences", "one million BERT-base inferences"),
     "mc-fp64": ("1e9 paths", "10^9 FP64 Monte Carlo paths"),
-}
-# gpuforge:purchaseOption -> the costplan option whose price it pays. A capacity reservation is
-# billed at the on-demand rate whether used or not (AWS EC2 On-Demand Capacity Reservations); a
-# capacity block's price is set per booking and is not in the catalog: unknown, never a guess.
-PURCHASE_TO_OPTION: dict[str, str | None] = {
-    "on-demand": "on_demand",
-    "spot": "spot",
-    "capacity-reservation": "on_demand",
-    "capacity-block": None,
 }
 
 
@@ -104,8 +95,7 @@ class WorkloadCost:
 
 def workload_cost(tp: Throughput, sc: StackCost, purchase_option: str) -> WorkloadCost:
     """Time and cost of one unit of the workload on the stack, under every purchase option."""
-    if purchase_option not in PURCHASE_TO_OPTION:
-        raise ValueError(f"unknown purchase option {purchase_option!r}")
+    priced_as = price_option(purchase_option)  # ValueError on an unknown option
     rate = tp.stack_rate(sc)
     if rate <= 0:
         raise ValueError("a throughput must be positive to be costed")
@@ -118,7 +108,7 @@ def workload_cost(tp: Throughput, sc: StackCost, purchase_option: str) -> Worklo
     else:
         gpus = sc.node_count * sc.gpus_per_node
         scaling = f"figure from {on}, taken as one GPU's rate; the stack's {gpus} GPUs each serve independently"
-    return WorkloadCost(tp.workload, UNITS[tp.workload][0], rate, seconds, usd, PURCHASE_TO_OPTION[purchase_option],
+    return WorkloadCost(tp.workload, UNITS[tp.workload][0], rate, seconds, usd, priced_as,
                         purchase_option, scaling)
 
 

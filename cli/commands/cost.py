@@ -20,7 +20,17 @@ from gpuforge.common.table import (
 )
 from gpuforge.common.table import console as rich_console
 from gpuforge.core.config import parse_stack_config
-from gpuforge.core.costplan import OPTION_LABELS, OPTIONS, Hybrid, StackCost, hybrid, load_purchase_data, stack_cost, sum_or_none
+from gpuforge.core.costplan import (
+    OPTION_LABELS,
+    OPTIONS,
+    Hybrid,
+    StackCost,
+    hybrid,
+    load_purchase_data,
+    price_option,
+    stack_cost,
+    sum_or_none,
+)
 from gpuforge.core.kubernetes.settings import extended_support_warning
 from gpuforge.stackfile import load_stack_config, stack_name
 
@@ -87,7 +97,7 @@ def command(stacks: tuple[str, ...], jobs: bool, since: str | None, pricing: Pat
         if cfg.kubernetes is not None and (warning := extended_support_warning(cfg.kubernetes)) is not None:
             click.echo(f"warning: {warning}", err=True)  # stderr: the report on stdout stays machine-readable
         costs.append(stack_cost(cfg))
-        used[cfg.stack] = cfg.fleet.purchase_option.replace("-", "_")  # "on-demand" -> OPTIONS' "on_demand"
+        used[cfg.stack] = price_option(cfg.fleet.purchase_option) or cfg.fleet.purchase_option  # billed at; a block: none
     mix = hybrid(costs)
     if fmt == "json":
         click.echo(json.dumps(report(costs, mix, used), indent=2))

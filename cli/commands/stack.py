@@ -178,7 +178,7 @@ def list_cmd(fmt: str, project_dir: Path) -> None:
       gpuforge stack list
       gpuforge stack list --format json | jq '.[] | select(.team == "vision")'
     """
-    from gpuforge.core.costplan import stack_cost
+    from gpuforge.core.costplan import price_option, stack_cost
     from gpuforge.stackfile import stack_names
 
     records: list[dict[str, object]] = []
@@ -189,8 +189,8 @@ def list_cmd(fmt: str, project_dir: Path) -> None:
         except GpuforgeError as exc:
             records.append({"stack": name, "problem": exc.message})
             continue
-        option = cfg.fleet.purchase_option.replace("-", "_")
-        hourly = stack_cost(cfg).hourly(option)
+        option = price_option(cfg.fleet.purchase_option)
+        hourly = None if option is None else stack_cost(cfg).hourly(option)
         records.append({
             "stack": name, "team": cfg.team, "profile": cfg.profile.name, "region": cfg.region, "az_id": cfg.az_id,
             "instance_type": cfg.instance.name, "nodes": cfg.node_count, "purchase_option": cfg.fleet.purchase_option,
