@@ -63,6 +63,8 @@ EXPECTED = FileKind("expected-state file", 64 * KIB, syntax="json",
                     example="pass the /etc/gpuforge/expected.json bootstrap wrote ({profile, expect})")  # fmt: skip
 PROFILE = FileKind("profile", 256 * KIB, example="see core/profiles/cv-training.yaml")
 CATALOG = FileKind("catalog file", 1 * MIB, example="see core/catalog/meta.yaml")
+PRICING = FileKind("pricing file", 64 * KIB, syntax="json",
+                   example="pass /etc/gpuforge/slurm-pricing.json from the Slurm head node")  # fmt: skip
 KUBECONFIG = FileKind("kubeconfig", 4 * MIB, example="pass the file `aws eks update-kubeconfig` wrote")
 CATALOG_TABLE = FileKind("catalog table", 1 * MIB, syntax="text", top=str, example="see core/catalog/")
 

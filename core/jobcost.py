@@ -74,12 +74,13 @@ class NodePricing:
 
     @classmethod
     def load(cls, path: Path) -> NodePricing:
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"{path}: not a JSON object")
+        """The head node's pricing file, by the one reader's rules (gpuforge.common.inputfile)."""
+        from dataclasses import fields
+
+        from gpuforge.common.inputfile import PRICING, read_document, refuse_unknown_keys
+
+        doc: dict[str, Any] = read_document(path, PRICING, "--pricing")
+        refuse_unknown_keys(doc, [f.name for f in fields(cls)], f"--pricing {path}")
         return cls.from_dict(doc)
 
 

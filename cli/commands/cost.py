@@ -42,12 +42,12 @@ from gpuforge.stackfile import load_stack_config, stack_name
 @click.option("--jobs", is_flag=True,
               help="What each Slurm job cost since --since, per job, user and team, from the cluster's accounting (sacct).")
 @click.option("--since", default=None, metavar="DATE", help="With --jobs: jobs that ran since DATE (YYYY-MM-DD[THH:MM[:SS]]).")
-@click.option("--pricing", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--pricing", type=click.Path(path_type=Path, readable=False), default=None,
               help="With --jobs and no --stack: the node price file (default: /etc/gpuforge/slurm-pricing.json "
                    "on the head node).")
 @click.option("--head", default=None, metavar="HOST",
               help="With --jobs: run sacct on this head node over SSH (a name in --inventory, or an address); default: here.")
-@click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--inventory", type=click.Path(path_type=Path, readable=False), default=None,
               help="With --head: the inventory whose ssh settings (user, key, known_hosts, jump host) reach the head.")
 @click.option("--slurm-conf", default=None, metavar="PATH", help="With --jobs: SLURM_CONF for sacct (default: Slurm's own).")
 @click.option("--format", "fmt", type=SuggestingChoice((*FORMATS, "csv")), default=None,
