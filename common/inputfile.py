@@ -65,6 +65,7 @@ PROFILE = FileKind("profile", 256 * KIB, example="see core/profiles/cv-training.
 CATALOG = FileKind("catalog file", 1 * MIB, example="see core/catalog/meta.yaml")
 PRICING = FileKind("pricing file", 64 * KIB, syntax="json",
                    example="pass /etc/gpuforge/slurm-pricing.json from the Slurm head node")  # fmt: skip
+POC_RESULT = FileKind("POC result", 1 * MIB, syntax="json", example="pass the folder `gpuforge poc --out` wrote")
 KUBECONFIG = FileKind("kubeconfig", 4 * MIB, example="pass the file `aws eks update-kubeconfig` wrote")
 CATALOG_TABLE = FileKind("catalog table", 1 * MIB, syntax="text", top=str, example="see core/catalog/")
 

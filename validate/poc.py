@@ -183,11 +183,14 @@ def judge(res: CommandResult, workload: str) -> PocResult:
 def load_results(folder: Path) -> list[dict[str, Any]]:
     """Every result document under `folder` (*.json written by `gpuforge poc --out`, or a script's
     own output); files that are not gpuforge-poc results are skipped, a broken one is an error."""
+    from gpuforge.common.inputfile import POC_RESULT, read_text
+
     docs = []
     for path in sorted(folder.rglob("*.json")):
+        text = read_text(path, POC_RESULT, "--results")  # bounded, UTF-8, readable: the one reader's rules
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
             raise ParseError(f"{path}: not a JSON document: {exc}") from None
         if isinstance(doc, dict) and doc.get("tool") == TOOL:
             parse_result(json.dumps(doc))  # the same checks as a fresh run's output

@@ -193,6 +193,6 @@ def test_the_table_covers_every_reader_of_the_one_module() -> None:
     """A new FileKind in common/inputfile.py needs its row here."""
     kinds = {v for v in vars(inputfile).values() if isinstance(v, inputfile.FileKind)}
     untested = {k.what for k in kinds} - {r.kind.what for r in READERS}
-    # profiles, kubeconfigs and catalog tables share the catalog's and inventory's paths through the
-    # same functions; each is listed so that a new kind is a decision, not an oversight
-    assert untested <= {"profile", "kubeconfig", "catalog table"}, untested
+    # profiles, kubeconfigs, catalog tables and POC results (a folder of them, `catalog suggest
+    # --results`) share the others' functions; each is listed so that a new kind is a decision
+    assert untested <= {"profile", "kubeconfig", "catalog table", "POC result"}, untested
