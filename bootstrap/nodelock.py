@@ -164,8 +164,9 @@ def checkout_root() -> Path | None:
 
 
 def build_wheel(out: Path, root: Path | None = None) -> Path:
-    """gpuforge's wheel from the checkout, with pip (in every venv) and no build isolation (the
-    backend is the installed setuptools: no network). SOURCE_DATE_EPOCH keeps its zip times fixed."""
+    """gpuforge's wheel from the checkout, with pip (in every venv) and build isolation: pip installs
+    the build backend pyproject.toml names (setuptools>=68) through pip's own configuration, as
+    `python -m build` does. SOURCE_DATE_EPOCH keeps the wheel's zip times fixed."""
     src = root or checkout_root()
     if src is None:
         raise NodeLockError(
@@ -175,8 +176,7 @@ def build_wheel(out: Path, root: Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpuforge-wheel-") as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-             "--disable-pip-version-check", "-w", tmp, str(src)],
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check", "-w", tmp, str(src)],
             check=True, stdout=subprocess.DEVNULL, env=_build_env(),
         )  # fmt: skip
         (whl,) = Path(tmp).glob("gpuforge-*.whl")
@@ -189,15 +189,23 @@ def _build_env() -> dict[str, str]:
     return {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")}
 
 
-def wheelhouse(t: Target, out: Path, *, index: str, gpuforge_wheel: Path | None = None, cert: str | None = None) -> Path:
+def wheelhouse(
+    t: Target, out: Path, *, index: str | None = None, gpuforge_wheel: Path | None = None, cert: str | None = None
+) -> Path:
     """`out` = the node install set of `t`: the locked wheels (downloaded by pip with
     --require-hashes, skipped when `out` already holds them), gpuforge's wheel, the lock and
-    gpuforge.txt. `index`: an index URL, or a folder of wheels (offline). Returns `out`."""
+    gpuforge.txt. `index`: an index URL or a folder of wheels, used alone (pip --isolated);
+    None: pip's own configuration (the operator's pip.conf, proxies). Returns `out`."""
     out.mkdir(parents=True, exist_ok=True)
     entries = parse_lock(t.lock_file.read_text())
     if any(not (out / e.wheel).is_file() or sha256_file(out / e.wheel) != e.sha256 for e in entries):
-        src = ["--index-url", index] if "://" in index else ["--no-index", "--find-links", index]
-        cmd = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "download", *src,
+        if index is None:
+            src = []
+        elif "://" in index:
+            src = ["--isolated", "--index-url", index]
+        else:
+            src = ["--isolated", "--no-index", "--find-links", index]
+        cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", *src,
                *t.pip_target_args(), "--no-deps", "--require-hashes", "-d", str(out), "-r", str(t.lock_file)]  # fmt: skip
         subprocess.run(cmd + (["--cert", cert] if cert else []), check=True, stdout=subprocess.DEVNULL)
     for stale in out.glob("gpuforge-*.whl"):
@@ -217,3 +225,29 @@ def node_files(t: Target, out: Path) -> list[Path]:
     entries = parse_lock(t.lock_file.read_text())
     gline = (out / GPUFORGE_LINE).read_text().splitlines()[0].removeprefix("# ")
     return [out / t.lock_name, out / GPUFORGE_LINE, *(out / e.wheel for e in entries), out / gline]
+
+
+VENV = "/opt/gpuforge/venv"  # where the node's gpuforge lives (the health-check wrapper execs its bin/gpuforge)
+
+
+@dataclass(frozen=True)
+class NodeInstall:
+    """What the `gpuforge` phase installs, and from where (rendered into the phase)."""
+
+    version: str
+    target: Target
+    lock_sha256: str
+    region: str
+    bucket_prefix: str  # the checkpoint bucket's name around the account id the node reads from IMDS
+    bucket_suffix: str
+    mirror: str | None = None  # gpuforge:mirror gpuforge-wheels location; None: the stack's bucket
+    venv: str = VENV
+
+    @property
+    def key_prefix(self) -> str:
+        """The bucket prefix of this version and target (the node role may read only this)."""
+        return f"{BUCKET_PREFIX}/{self.target.prefix(self.version)}"
+
+    @property
+    def mirror_url(self) -> str | None:
+        return self.mirror + self.target.prefix(self.version) if self.mirror else None

@@ -11,12 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuforge.bootstrap.nodelock import OS_TARGET, TARGETS, NodeInstall, lock_sha256
 from gpuforge.bootstrap.slurm import SlurmLayout, layout_for
 from gpuforge.bootstrap.versions import CudaForOs, SlurmForOs, Versions
 from gpuforge.common.errors import GpuforgeError
+from gpuforge.common.version import __version__
+from gpuforge.core.bucketnames import checkpoint_bucket_name
 from gpuforge.core.catalog import load_catalog
 from gpuforge.core.config import StackConfig
-from gpuforge.core.mirror import Mirror
+from gpuforge.core.mirror import GPUFORGE_WHEELS, Mirror
 from gpuforge.core.profiles import DataVolume
 
 # Recipes whose jobs talk NCCL across GPUs and nodes; inference serves one GPU per process.
@@ -83,6 +86,7 @@ class NodePlan:
     db_parameter: str | None = None  # the head's accounting database password (SSM SecureString)
     extra_files: tuple[tuple[str, str], ...] = ()  # path -> text, e.g. the head's job pricing file
     ena_express: bool = False  # gpuforge:enaExpress: the base phase sets MTU 8900 on the primary interface
+    node_install: NodeInstall | None = None  # the gpuforge phase: the base gpuforge in /opt/gpuforge/venv
 
     @property
     def efa(self) -> bool:
@@ -105,6 +109,7 @@ class NodePlan:
             "dcgm": v.dcgm.version,
             "nccl_tests": v.nccl_tests.version if self.nccl else None,
             "cloudwatch_agent": v.cloudwatch_agent.version if self.cloudwatch_agent else None,
+            "gpuforge": self.node_install.version if self.node_install else None,
             "ngc_image": self.image,
         }
         return {
@@ -135,7 +140,12 @@ def plan_node(
     checkpoint_command: str | None = None,
     checkpoint_images: Sequence[str] = (),
     cloudwatch_agent: Mapping[str, Any] | None = None,
+    gpuforge_install: bool = True,
+    node_python: str | None = None,
 ) -> NodePlan:
+    """`gpuforge_install` False leaves out the gpuforge phase (the bootstrap sandbox, whose
+    fakes cannot serve it; tests/bootstrap/test_node_install.py runs it for real). `node_python`:
+    the node interpreter's lock (bootstrap/nodelock.py TARGETS), by default the OS's own."""
     inst = cfg.instance
     profile = cfg.profile
     gpu_name = v.nvidia_smi_names.get(inst.gpu_model)
@@ -183,6 +193,9 @@ def plan_node(
     efa_interfaces = inst.efa_interfaces if nccl else 0
     dv = profile.storage.data_volume
     phases = [Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the inventory name")]
+    node_install = _node_install(cfg, node_python) if gpuforge_install else None
+    if node_install is not None:
+        phases.append(Phase("gpuforge", f"gpuforge {node_install.version} (base install, hashed wheels) in {node_install.venv}"))
     if inst.nvme_count:
         phases.append(Phase("scratch", f"{inst.nvme_count} instance-store NVMe disk(s) -> {profile.storage.scratch_mount}"))
     if dv is not None:
@@ -247,6 +260,22 @@ def plan_node(
         munge_parameter=cfg.slurm.munge_parameter if cfg.slurm else None,
         hosts_parameters=cfg.slurm.hosts_parameters if cfg.slurm else (),
         ena_express=cfg.ena_express,
+        node_install=node_install,
+    )
+
+
+def _node_install(cfg: StackConfig, node_python: str | None) -> NodeInstall:
+    target = TARGETS[node_python or OS_TARGET[cfg.os]]
+    sentinel = "000000000000"  # the node fills in its account id (IMDS): one naming rule, core/bucketnames.py
+    before, _, after = checkpoint_bucket_name(cfg.bucket_base, sentinel, cfg.region).partition(sentinel)
+    return NodeInstall(
+        version=__version__,
+        target=target,
+        lock_sha256=lock_sha256(target),
+        region=cfg.region,
+        bucket_prefix=before,
+        bucket_suffix=after,
+        mirror=cfg.mirror.get(GPUFORGE_WHEELS),
     )
 
 

@@ -82,6 +82,8 @@ def render_user_data(
     checkpoint_images: Sequence[str] = (),
     cloudwatch_agent: Mapping[str, Any] | None = None,
     versions: Versions | None = None,
+    gpuforge_install: bool = True,
+    node_python: str | None = None,
 ) -> RenderedBootstrap:
     """User data for `node_name` (None: the generic node of a launch template, named by its
     Name tag at boot). `data_volume_id` pins which EBS volume is the data volume (default: the
@@ -100,6 +102,8 @@ def render_user_data(
         checkpoint_command=checkpoint_command,
         checkpoint_images=checkpoint_images,
         cloudwatch_agent=cloudwatch_agent,
+        gpuforge_install=gpuforge_install,
+        node_python=node_python,
     )
     return render_plan(cfg, plan, v)
 

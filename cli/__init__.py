@@ -1,3 +1,5 @@
 """gpuforge: GPU clusters on AWS as code, proven before anyone trains on them."""
 
-__version__ = "0.1.0"
+from gpuforge.common.version import __version__
+
+__all__ = ["__version__"]

@@ -12,6 +12,7 @@ import pulumi_aws as aws
 from gpuforge.components.ami import lookup_ami
 from gpuforge.components.compute import DataVolumeSpec, GpuNodes, Node, NodesArgs
 from gpuforge.components.network import GpuNetwork, NetworkArgs
+from gpuforge.components.nodeinstall import NodeWheels, node_install_prefix, uploads_node_wheels
 from gpuforge.components.operations import declare_operations, on_eks
 from gpuforge.components.purchase import capacity_reservation, market_options
 from gpuforge.components.storage import ClusterStorage, StorageArgs
@@ -73,6 +74,9 @@ class GpuCluster(pulumi.ComponentResource):
         # (the stack's own instances, or its Auto Scaling group when autoscaling is on).
         # (The pinned-AMI refusal runs before the first resource: components/deploygate.py.)
         boots_gpuforge_nodes = not on_eks(cfg) or cfg.fleet.autoscaling is not None
+        if boots_gpuforge_nodes and uploads_node_wheels(cfg):
+            # What the nodes' gpuforge phase installs (components/nodeinstall.py).
+            NodeWheels(name, cfg, storage.checkpoint_bucket_name, opts=child)
         nodes = _gpu_nodes(name, cfg, network, pg, storage, self) if boots_gpuforge_nodes else None
         ops = declare_operations(
             name, cfg, nodes.launch_template_id if nodes else None, network.subnet_id, pg.name, parent=self
@@ -173,6 +177,7 @@ def _gpu_nodes(
             placement_group=pg.name,
             bucket_arns=[storage.checkpoint_bucket_arn],
             directory_bucket_arn=storage.directory_bucket_arn,
+            node_install_prefix=node_install_prefix(cfg),
             root_volume_gib=cfg.root_volume_gib,
             template_version=cfg.node_template_version,
             # One rendering per stack: every node boots the launch template's user data and

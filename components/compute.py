@@ -53,6 +53,8 @@ class NodesArgs:
     capacity_reservation: aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs | None = None
     ena_express: bool = False  # ENA Express on the primary interface (validate's TCP model follows it)
     internet_gateway: pulumi.Resource | None = None  # what the nodes' Elastic IPs wait for
+    # The checkpoint bucket (bucket_arns[0]) prefix the gpuforge phase installs from: read only.
+    node_install_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,9 @@ class GpuNodes(pulumi.ComponentResource):
             f"{name}-buckets",
             role=role.id,
             policy=pulumi.Output.all(args.directory_bucket_arn, args.ngc_parameter_arn or "", *args.bucket_arns).apply(
-                lambda arns: node_policy(arns[0], arns[2:], arns[1] or None, args.metric_namespace)
+                lambda arns: node_policy(
+                    arns[0], arns[2:], arns[1] or None, args.metric_namespace, args.node_install_prefix
+                )
             ),
             opts=child,
         )
@@ -240,10 +244,15 @@ def node_policy(
     bucket_arns: Sequence[str],
     ngc_parameter_arn: str | None,
     metric_namespace: str | None = None,
+    node_install_prefix: str | None = None,
 ) -> str:
     """Least privilege: object access to this cluster's buckets, S3 Express sessions on its
     directory bucket, reading the NGC key parameter if one is configured, and publishing
-    metrics into the CloudWatch agent's namespace only."""
+    metrics into the CloudWatch agent's namespace only. `node_install_prefix`: where, in the
+    first bucket (the checkpoint bucket), the deploy put the gpuforge wheels the node installs:
+    the node may read that prefix, and may write or delete nothing under gpuforge-node/ (an
+    explicit Deny, which the read-write statement on the bucket's objects cannot override), so
+    no node can change what the next node installs."""
     statements: list[dict[str, object]] = [
         {
             "Sid": "ListClusterBuckets",
@@ -264,6 +273,23 @@ def node_policy(
             "Resource": [directory_bucket_arn],
         },
     ]
+    if node_install_prefix:
+        root = node_install_prefix.split("/", 1)[0]
+        statements += [
+            {
+                "Sid": "ReadNodeInstall",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": [f"{bucket_arns[0]}/{node_install_prefix}*"],
+            },
+            {
+                "Sid": "NodeInstallReadOnly",
+                "Effect": "Deny",
+                "Action": ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObjectAcl",
+                           "s3:PutObjectTagging", "s3:RestoreObject", "s3:AbortMultipartUpload"],
+                "Resource": [f"{bucket_arns[0]}/{root}/*"],
+            },
+        ]  # fmt: skip
     if ngc_parameter_arn:
         statements.append(
             {"Sid": "ReadNgcKey", "Effect": "Allow", "Action": ["ssm:GetParameter"], "Resource": [ngc_parameter_arn]}

@@ -31,11 +31,16 @@ def metric_namespace(cfg: StackConfig) -> str | None:
 
 
 def stack_user_data(
-    cfg: StackConfig, node_name: str | None = None, account_id: str | None = None, versions: Versions | None = None
+    cfg: StackConfig,
+    node_name: str | None = None,
+    account_id: str | None = None,
+    versions: Versions | None = None,
+    node_python: str | None = None,
 ) -> RenderedBootstrap:
     """`account_id` names a spot stack's checkpoint bucket (components/storage.py); others ignore it.
     `versions`: the manifest to render with (default bootstrap/versions.yaml; the first-boot
-    rehearsal passes its own key fingerprints and stand-in digests)."""
+    rehearsal passes its own key fingerprints and stand-in digests). `node_python`: the gpuforge
+    phase's lock for another interpreter than the OS's (the rehearsal's Debian 12 runs 3.11)."""
     return render_user_data(
         cfg,
         node_name,
@@ -43,4 +48,5 @@ def stack_user_data(
         checkpoint_command=checkpoint_command(cfg, account_id),
         checkpoint_images=checkpoint_images(cfg),
         cloudwatch_agent=node_agent_config(cfg),
+        node_python=node_python,
     )

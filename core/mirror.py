@@ -42,7 +42,11 @@ URL_UPSTREAMS: Mapping[str, str] = {
 APT_ARCHIVE = "ubuntu"
 # Image registries the bootstrap pulls from (ngc_images, aws_cli_image in versions.yaml).
 REGISTRIES = ("nvcr.io", "public.ecr.aws")
-NAMES = (APT_ARCHIVE, *URL_UPSTREAMS, *REGISTRIES)
+# gpuforge's own node install (bootstrap/nodelock.py): with this entry the nodes take the wheel set
+# from `<location><version>/<arch>/<python>/` instead of the stack's bucket (air-gapped sites);
+# the same lock digest and wheel hashes are checked either way.
+GPUFORGE_WHEELS = "gpuforge-wheels"
+NAMES = (APT_ARCHIVE, *URL_UPSTREAMS, GPUFORGE_WHEELS, *REGISTRIES)
 
 _URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[^\s'\"\\]*)?$")
 _REGISTRY = re.compile(r"^[a-z0-9.-]+(:\d{1,5})?(/[a-z0-9._-]+)*$")

@@ -108,9 +108,13 @@ class RecordingMonitor(MockMonitor):
 
 
 def _ints(value: Any) -> Any:
-    """Protobuf Structs carry every number as a float: give integral ones back as int."""
+    """Protobuf Structs carry every number as a float: give integral ones back as int. A file
+    asset (the node wheels' objects, components/nodeinstall.py) is recorded by its path, as the
+    engine's own preview shows it, so the recorded graph is the same bytes on every run."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, pulumi.FileAsset):
+        return {"fileAsset": str(value.path)}
     if isinstance(value, dict):
         return {k: _ints(v) for k, v in value.items()}
     if isinstance(value, list):

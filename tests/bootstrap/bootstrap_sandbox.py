@@ -131,9 +131,10 @@ class Sandbox:
         base = load_versions()
         downloads = self.downloads if self.downloads is not None else fixture_downloads(base)
         self.versions = pinned_to_fixtures(base, fixture_downloads(base))
-        self.rendered: RenderedBootstrap = render_user_data(
-            self.cfg, self.node_name, versions=self.versions, **self.render_kwargs
-        )
+        # The gpuforge phase installs real wheels with a real pip, which the fakes cannot serve:
+        # tests/bootstrap/test_node_install.py runs it on its own (tests/SUBSTITUTIONS.md).
+        kwargs = {"gpuforge_install": False, **self.render_kwargs}
+        self.rendered: RenderedBootstrap = render_user_data(self.cfg, self.node_name, versions=self.versions, **kwargs)
         for d in (self.root, self.state, self.bin, self.dl):
             d.mkdir(parents=True, exist_ok=True)
         for name, data in downloads.items():
