@@ -178,9 +178,37 @@ def parse_text(text: str, label: str, kind: FileKind) -> Any:
                              f"fix the {kind.what}'s syntax") from None  # fmt: skip
         except RecursionError:
             raise InputError(f"{label}: nested too deeply to read", f"fix the {kind.what}") from None
+        expanded = expanded_size(doc)
+        if expanded > MAX_EXPANDED_NODES:
+            raise InputError(f"{label}: its YAML aliases expand to more than {MAX_EXPANDED_NODES:,} values "
+                             f"({len(text):,} bytes written)", f"write the {kind.what} without nested anchors")  # fmt: skip
     else:
         return text
     return check_top(doc, label, kind)
+
+
+# YAML anchors and aliases let a few hundred bytes stand for billions of values (the "billion
+# laughs"): PyYAML shares the objects, but every consumer that walks or serialises them (a stack's
+# lists become JSON) expands them. The size bound alone cannot see that, so the expanded count is
+# bounded too: far above any real file (a 256-node inventory is ~3,000 values).
+MAX_EXPANDED_NODES = 1_000_000
+
+
+def expanded_size(doc: Any) -> int:
+    """How many values `doc` holds once every alias is expanded; linear in the distinct objects."""
+    memo: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if not isinstance(value, (dict, list)):
+            return 1
+        key = id(value)
+        if key not in memo:
+            memo[key] = 0  # a cycle (a recursive alias) counts once
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            memo[key] = 1 + sum(size(v) for v in items)
+        return memo[key]
+
+    return size(doc)
 
 
 def check_top(doc: Any, label: str, kind: FileKind) -> Any:

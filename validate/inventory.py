@@ -18,7 +18,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuforge.common.errors import InputError
-from gpuforge.common.inputfile import INVENTORY, read_text, refuse_unknown_keys, type_name
+from gpuforge.common.inputfile import (
+    INVENTORY,
+    MAX_EXPANDED_NODES,
+    expanded_size,
+    read_text,
+    refuse_unknown_keys,
+    type_name,
+)
 
 # The ssh defaults mirror OpenSSH's so that an inventory written by hand behaves like `ssh`.
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -172,6 +179,9 @@ def parse_inventory(text: str, source: str) -> Inventory:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise InputError(f"{source}: not valid YAML/JSON{where}", "write the inventory as YAML or JSON") from None
+    if expanded_size(doc) > MAX_EXPANDED_NODES:  # YAML aliases that stand for millions of values
+        raise InputError(f"{source}: its YAML aliases expand to more than {MAX_EXPANDED_NODES:,} values",
+                         "write the inventory without nested anchors")  # fmt: skip
     doc = _unwrap(doc)
     if not isinstance(doc, dict):
         raise InputError(

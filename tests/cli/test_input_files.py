@@ -53,7 +53,7 @@ PLATFORM = (REPO / "stacks" / "teams" / "platform.yaml").read_text()
 
 READERS = [
     Reader("stack file", inputfile.STACK, lambda p: p / "stacks" / "Pulumi.bad.yaml",
-           lambda p, f: ["cost", "--stack", "bad", "--project-dir", str(p)], None,
+           lambda p, f: ["cost", "--stack", f.name.removeprefix("Pulumi.").removesuffix(".yaml"), "--project-dir", str(p)], None,
            "confg:\n  gpuforge:profile: cv-training\n", "confg: unknown key"),
     Reader("project file", inputfile.PROJECT, lambda p: p / "Pulumi.yaml",
            lambda p, f: ["cost", "--stack", "cv-training", "--project-dir", str(p)], None,
@@ -196,3 +196,15 @@ def test_the_table_covers_every_reader_of_the_one_module() -> None:
     # profiles, kubeconfigs, catalog tables and POC results (a folder of them, `catalog suggest
     # --results`) share the others' functions; each is listed so that a new kind is a decision
     assert untested <= {"profile", "kubeconfig", "catalog table", "POC result"}, untested
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A few hundred bytes whose aliases stand for 10^9 values pass every size bound; a stack's
+    lists are JSON-encoded for the program, which would expand them all."""
+    project = _project(tmp_path)
+    levels = ["  a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    (project / "stacks" / "Pulumi.bomb.yaml").write_text("config:\n" + "\n".join(levels) + "\n  gpuforge:sshCidrs: *a8\n")
+    code, err = _run_in_process(READERS[0], project, project / "stacks" / "Pulumi.bomb.yaml", capsys)
+    assert code == 2 and "aliases expand to more than 1,000,000 values" in err, err
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
