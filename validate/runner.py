@@ -167,6 +167,9 @@ class Runner:
             self.progress.advance(f"{job.node.name}: {res.outcome.value}")
 
         width = max(self.opt.max_workers, min(len(jobs), self.opt.max_pairs_at_once))
+        widen = getattr(self.transport, "widen", None)  # a pool sized for node checks: room for the round
+        if widen is not None:
+            widen(width)
         return run_many(self.transport, jobs, width, done)
 
     def lost(self, res: CommandResult) -> bool:

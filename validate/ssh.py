@@ -138,6 +138,14 @@ class SshTransport:
     def capacity(self) -> int:
         return self.stats.capacity
 
+    def widen(self, wanted: int) -> None:
+        """Room for `wanted` live connections, as far as the open-file limit allows: a round of
+        pair tests measures its disjoint pairs at once, which needs a connection per pair job."""
+        with self._cv:
+            room = fd_capacity(wanted) + self._count  # fd_capacity counts the live sockets as used
+            self.stats.capacity = max(self.stats.capacity, min(wanted, room))
+            self._cv.notify_all()
+
     def port(self, node: Node) -> int:
         """The node's own `port` from the inventory, else `ssh.port`."""
         return node.port or self.ssh.port

@@ -22,7 +22,7 @@ from gpuforge.validate.inventory import Inventory
 from gpuforge.validate.runner import Runner, RunOptions, RunResult
 from gpuforge.validate.ssh import SshTransport
 from gpuforge.validate.system import IdentityCheck, system_checks
-from gpuforge.validate.transport import Timeouts
+from gpuforge.validate.transport import Job, Timeouts
 from tests.validate.loopbed import LoopBed, missing_requirements
 
 pytestmark = [pytest.mark.slow]
@@ -165,3 +165,19 @@ def test_a_check_past_its_bound_is_judged_by_the_nodes_own_timeout(bed: LoopBed)
     assert [r.level for r in rows] == [Level.ERROR, Level.ERROR]
     assert all("`timeout` exit 124" in r.message for r in rows), [r.message for r in rows]
     assert {r.level for r in res.report.results if r.check == "system.identity"} == {Level.INFO}
+
+
+@pytest.mark.parametrize("bed", [8], indirect=True)
+def test_a_round_of_pairs_runs_at_once_though_the_pool_is_sized_for_fewer_workers(bed: LoopBed) -> None:
+    inv = Inventory.model_validate(bed.inventory())
+    t = SshTransport(inv.ssh, BOUND, ask_passphrase=False, max_connections=2)
+    runner = Runner(inv, t, [], lambda n: Expectations(), options=RunOptions(network=False, max_workers=2))
+    stamp = "date +%s.%N; sleep 3; date +%s.%N"
+    try:
+        results = runner.run_pairs("round", [Job(n, stamp, 20) for n in inv.nodes[:6]])
+    finally:
+        t.close()
+    spans = [[float(x) for x in r.stdout.split()] for r in results]
+    assert all(r.ok for r in results), [r.detail for r in results]
+    # all six measured together, as the round's disjoint pairs must be (not in waves of two)
+    assert max(a for a, _ in spans) < min(b for _, b in spans), spans
