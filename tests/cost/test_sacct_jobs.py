@@ -173,3 +173,30 @@ def test_cost_jobs_without_a_price_is_bad_input(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr("gpuforge.commands.cost_jobs.PRICING_FILE", str(tmp_path / "absent.json"))
     rc, _, err = _run(["cost", "--jobs", "--since", "2026-12-01"], capsys)
     assert rc == 2 and "node price" in err
+
+
+def test_cost_jobs_prices_with_the_stacks_own_arithmetic(replay: object, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """--stack: the node price is `gpuforge cost`'s per node-hour at the stack's purchase option."""
+    import shutil
+
+    from gpuforge.core.costplan import stack_cost
+    from tests.slurm.conftest import PROJECT, slurm_stack
+
+    assert callable(replay)
+    replay("02-two-teams")
+    proj = tmp_path / "proj"
+    (proj / "stacks").mkdir(parents=True)
+    shutil.copy(PROJECT / "Pulumi.yaml", proj / "Pulumi.yaml")
+    text = (PROJECT / "stacks" / "Pulumi.cv-training.yaml").read_text()
+    extra = "  gpuforge:scheduler: slurm\n  gpuforge:os: ubuntu-24.04\n  gpuforge:purchaseOption: spot\n"
+    (proj / "stacks" / "Pulumi.cv-training.yaml").write_text(text.replace("config:\n", "config:\n" + extra, 1))
+    rc, out, _ = _run(["cost", "--jobs", "--since", "2026-12-03", "--stack", "cv-training", "--project-dir", str(proj),
+                       "--format", "json"], capsys)  # fmt: skip
+    doc = json.loads(out)
+    cfg = slurm_stack("cv-training", os="ubuntu-24.04", purchaseOption="spot")
+    price = stack_cost(cfg).per_node_hourly("spot")
+    assert rc == 0 and price is not None and doc["pricing"]["usd_per_node_hour"] == pytest.approx(price)
+    # the captured job 1 on a p4de: 2 GPUs of 8, 2 CPUs of 96, 100 MB: a quarter of the node for 3 s
+    assert doc["jobs"][0]["node_share"] == pytest.approx(0.25) and doc["jobs"][0]["usd"] == pytest.approx(
+        0.25 * 3 / 3600 * price, abs=1e-6)

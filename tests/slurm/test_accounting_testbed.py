@@ -155,6 +155,11 @@ def test_a_job_over_its_teams_gpu_quota_pends_with_assoc_grp_gres(bed: AcctBed,
         time.sleep(3)  # a scheduling pass later it still waits
         assert bed.client("squeue", "-h", "-j", job, "-o", "%T %r").stdout.strip() == "PENDING AssocGrpGRES"
         assert set(seen) <= {"PENDING None", "PENDING AssocGrpGRES"}, seen  # never ran, never another reason
+        # slurmctld sends the pending job's record to slurmdbd on its own time: wait until the
+        # time-window query cost --jobs makes lists it
+        bed.wait_until(f"job {job} in sacct's time window as PENDING",
+                       lambda: any(ln.startswith(f"{job}|") and "|PENDING|" in ln
+                                   for ln in bed.client(*sacct_args(SINCE), check=False).stdout.splitlines()), 60)  # fmt: skip
         _capture(bed, "03-pending-over-quota")
         rc, out, _ = _cost(bed, capsys, "plain")
         assert rc == 0 and f"pending: job {job} (wrap) of {BO} in gfacct-search waits for 16 GPU(s): AssocGrpGRES" in out
@@ -185,3 +190,22 @@ def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
     [j] = [j for j in json.loads(out)["jobs"] if j["job_id"] == job]
     assert j["user"] == ANA and j["gpus"] == 1 and j["usd"] == pytest.approx(
         max(1 / 8, 50 / 500, 1 / 8) * j["elapsed_s"] / 3600 * PRICE, abs=1e-6)
+
+
+def test_cost_jobs_over_ssh_to_a_host_of_the_cluster(bed: AcctBed, capsys: pytest.CaptureFixture[str]) -> None:
+    """--head: sacct runs over the inventory's SSH (host key checked) on node1 of the bed, which
+    reaches slurmdbd over its network; the figures are the ones read here."""
+    from gpuforge.cli import main
+
+    inv = bed.root / "inventory.json"
+    inv.write_text(json.dumps(bed.tb.inventory()))
+    args = ["cost", "--jobs", "--since", SINCE, "--pricing", str(bed.root / "pricing.json"),
+            "--slurm-conf", bed.env["SLURM_CONF"], "--format", "json"]  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ex:
+        main([*args, "--head", "node1", "--inventory", str(inv)])
+    remote = json.loads(capsys.readouterr().out)
+    assert ex.value.code == 0 and remote["accounting_read_on"] == "node1"
+    rc, out, _ = _cost(bed, capsys)
+    local = json.loads(out)
+    assert rc == 0 and remote["jobs"] and remote["jobs"] == local["jobs"] and remote["totals"] == local["totals"]
