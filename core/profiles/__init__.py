@@ -91,8 +91,9 @@ class SlurmHealthCheck(_Frozen):
 
     interval_s: int = Field(default=300, ge=30, le=86400)
     node_state: str = Field(default="ANY,CYCLE", pattern=rf"^{_STATE}(,{_STATE})*$")
-    # Never drain more than this share of the nodes for health-check reasons: past it, a broken
-    # check (a driver update that changes nvidia-smi's output, say) is likelier than broken nodes.
+    # Never drain more than this share of the nodes for health-check reasons (but always at least
+    # one, so a one-node cluster can drain its node: validate/health.py allowed_drains): past it, a
+    # broken check (a driver update that changes nvidia-smi's output, say) is likelier than broken nodes.
     max_drained_percent: int = Field(default=25, ge=1, le=100)
 
 
