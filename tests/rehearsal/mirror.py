@@ -24,18 +24,22 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import os
 import shutil
 import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuforge.bootstrap.nodelock import TARGETS, build_wheel, cache_dir, wheelhouse
 from gpuforge.bootstrap.plan import DISTRO
 from gpuforge.bootstrap.versions import Versions
-from gpuforge.core.mirror import URL_UPSTREAMS
+from gpuforge.common.version import __version__
+from gpuforge.core.mirror import GPUFORGE_WHEELS, URL_UPSTREAMS
 from tests.rehearsal import standins
 from tests.rehearsal.root import RootImage
 
+NODE_PYTHON = "py311"  # the root's python3 (Debian 12): the node install's lock for it
 SUITES = ("bookworm", "bookworm-updates", "bookworm-security", "bookworm-backports")
 IMAGE_MANIFEST = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []}\n'
 
@@ -118,6 +122,7 @@ class MirrorTree:
             path = self.root / "v2" / prefix / name / "manifests" / tag
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(IMAGE_MANIFEST)
+        self._node_wheels(tmp)
         shutil.rmtree(tmp)
         fpr = self.key.fingerprint
         self.pins = v.model_copy(update={
@@ -129,10 +134,21 @@ class MirrorTree:
         })  # fmt: skip
         return self
 
+    def _node_wheels(self, tmp: Path) -> None:
+        """`gpuforge-wheels/<version>/x86_64/py311/`: the set the deploy uploads to the stack's bucket,
+        for the root's python3 (Debian 12: 3.11, the py311 lock; tests/SUBSTITUTIONS.md): the locked
+        wheels (pip downloads them once into the node-wheel cache) and gpuforge's wheel built from this
+        checkout, so the node installs the operator's version."""
+        t = TARGETS[NODE_PYTHON]
+        cached = wheelhouse(t, cache_dir(t, __version__), index=os.environ.get("GPUFORGE_LOCK_INDEX", "https://pypi.org/simple"),
+                            gpuforge_wheel=build_wheel(tmp / "gpuforge-wheel"), cert=os.environ.get("PIP_CERT"))  # fmt: skip
+        shutil.copytree(cached, self.root / GPUFORGE_WHEELS / t.prefix(__version__))
+
     def entries(self, base_url: str, registry: str, *, cuda: str = "cuda") -> list[str]:
         """The stack's `gpuforge:mirror` entries for this mirror served at `base_url`."""
         return [
             f"ubuntu={base_url}/ubuntu/",
+            f"{GPUFORGE_WHEELS}={base_url}/{GPUFORGE_WHEELS}/",
             f"cuda={base_url}/{cuda}/",
             *(f"{name}={base_url}/{name}/" for name in URL_UPSTREAMS if name != "cuda"),
             f"nvcr.io={registry}/nvcr",

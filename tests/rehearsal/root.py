@@ -32,10 +32,11 @@ ROOT_PACKAGES = (
 )  # fmt: skip
 # Installed by the node from the mirror: bootstrap/plan.py BASE_PACKAGES that the image lacks,
 # the tools phase's iperf3, aws-ofi-nccl's hwloc headers, and the EFA installer's apt dependencies
-# (efa_installer.sh install_dependencies(): pciutils environment-modules tcl libnl-3-dev libnl-route-3-dev).
+# (efa_installer.sh install_dependencies(): pciutils environment-modules tcl libnl-3-dev libnl-route-3-dev),
+# and python3-venv for the gpuforge phase (Debian's python3, like Ubuntu's, has no ensurepip without it).
 MIRROR_PACKAGES = (
     "build-essential", "iperf3", "libhwloc-dev", "environment-modules", "tcl", "libnl-3-200", "libnl-3-dev",
-    "libnl-route-3-200", "libnl-route-3-dev",
+    "libnl-route-3-200", "libnl-route-3-dev", "python3-venv",
 )  # fmt: skip
 RECIPE = 1  # bump when the build steps below change
 

@@ -13,6 +13,7 @@ from gpuforge.bootstrap.versions import load_versions
 from gpuforge.components.userdata import stack_user_data
 from gpuforge.core.config import StackConfig, parse_stack_config
 from gpuforge.stackfile import load_stack_config
+from tests.rehearsal.mirror import NODE_PYTHON
 from tests.rehearsal.nodes import Node, Rehearsal
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -56,7 +57,8 @@ def boot_stack(r: Rehearsal, stack: str, name: str, instance_type: str | None = 
     the metadata service, as for Auto Scaling nodes) and wait for the first bootstrap run."""
     cfg = stack_config(r, stack, instance_type, broken_driver=broken_driver)
     # account_id: spot stacks name their checkpoint bucket with it (the deployment's account)
-    rendered = stack_user_data(cfg, None, account_id=ACCOUNT_ID, versions=r.pins)
+    # node_python: the root is Debian 12, whose python3 is 3.11 (the stack's Ubuntu would be 3.10/3.12)
+    rendered = stack_user_data(cfg, None, account_id=ACCOUNT_ID, versions=r.pins, node_python=NODE_PYTHON)
     hw = hardware(cfg) | ({"dpkg_lock_at_boot_s": dpkg_lock_s} if dpkg_lock_s else {})
     node = r.boot(name, rendered.user_data, hardware=hw, tags={"Name": name, "stack": stack})
     return Booted(node, cfg, r.wait_bootstrap(node, timeout=timeout))

@@ -19,9 +19,14 @@ from pathlib import Path
 import pytest
 
 from gpuforge.cli import main
+from gpuforge.common.version import __version__
+from gpuforge.components.userdata import stack_user_data
+from gpuforge.core.config import parse_stack_config
+from tests.rehearsal.mirror import NODE_PYTHON
 from tests.rehearsal.nodes import Rehearsal
 from tests.rehearsal.root import ensure_root, missing_tools
-from tests.rehearsal.stacks import Booted, boot_stack
+from tests.rehearsal.stacks import ACCOUNT_ID, Booted, boot_stack
+from tests.slurm.conftest import slurm_raw
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]
 STACK, SHAPE = "risk-sim", "p5.4xlarge"
@@ -148,6 +153,35 @@ def test_validate_passes_the_healthy_node_over_ssh(
     status = by_check["bootstrap.status"]
     assert code == 0, [(r["check"], r["level"], r["message"]) for r in results if r["level"] != "pass"]
     assert status["level"] == "pass" and by_check["efa.provider"]["level"] == "pass"
+
+
+def test_the_node_runs_the_operators_gpuforge_and_the_health_check_wrapper_runs_it(
+    rehearsal: Rehearsal, healthy: Booted
+) -> None:
+    """Issue 18: the gpuforge phase installed the base gpuforge into /opt/gpuforge/venv from the
+    mirror's wheel set (hashed lock, the wheel built from this checkout): the node's version is the
+    operator's, and Slurm's HealthCheckProgram wrapper, as the bootstrap renders it, runs it (it
+    exited 127 on every node before). This node runs no Slurm: the wrapper is the one rendered for
+    the same stack with gpuforge:scheduler slurm (tests/SUBSTITUTIONS.md), and health-check stops
+    at its first Slurm call with one `error:` line."""
+    res = rehearsal.ssh(healthy.node, "/opt/gpuforge/venv/bin/gpuforge --version")
+    assert (res.returncode, res.stdout.strip()) == (0, f"gpuforge, version {__version__}"), res.stderr
+    assert healthy.status["versions"]["observed"]["gpuforge"] == __version__
+    assert rehearsal.mirror is not None
+    fetched = {a.path.rsplit("/", 1)[1] for a in rehearsal.mirror.downloads(healthy.node.ip) if "/gpuforge-wheels/" in a.path}
+    assert f"gpuforge-{__version__}-py3-none-any.whl" in fetched and "node-x86_64-py311.txt" in fetched
+    raw = slurm_raw(STACK)
+    raw["gpuforge:mirror"] = rehearsal.mirror_entries()
+    slurm_cfg = parse_stack_config(raw, STACK)
+    wrapper = stack_user_data(slurm_cfg, None, account_id=ACCOUNT_ID, versions=rehearsal.pins, node_python=NODE_PYTHON)
+    path = healthy.node.root / "opt/gpuforge/bin/gpuforge-health-check"
+    path.write_text(wrapper.files["opt/gpuforge/bin/gpuforge-health-check"])
+    path.chmod(0o755)
+    run = rehearsal.ssh(healthy.node, "sudo -n /opt/gpuforge/bin/gpuforge-health-check; echo rc=$?", timeout=300)
+    # The node's gpuforge ran (not exit 127, "not found"): with no Slurm on this node it stops at
+    # its first Slurm call, in gpuforge's own words, and changes nothing.
+    assert run.stdout.strip() == "rc=2", run.stdout + run.stderr
+    assert run.stderr.splitlines()[0] == "error: sinfo: no such file or directory", run.stderr
 
 
 def test_a_reboot_is_a_no_op_for_bootstrap(rehearsal: Rehearsal, healthy: Booted) -> None:
