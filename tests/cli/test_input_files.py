@@ -23,6 +23,7 @@ import pytest
 
 from gpuforge.common import inputfile
 from gpuforge.common.errors import GpuforgeError
+from tests.cli.conftest import Gf
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD_INVENTORY = {"profile": "cv-training", "nodes": [{"name": "a", "host": "127.0.0.1"}]}
@@ -208,3 +209,14 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path: Path, capsys: 
     code, err = _run_in_process(READERS[0], project, project / "stacks" / "Pulumi.bomb.yaml", capsys)
     assert code == 2 and "aliases expand to more than 1,000,000 values" in err, err
     assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
+
+
+def test_one_non_utf8_team_file_does_not_stop_other_teams_previews(project: Path, gf: Gf) -> None:
+    """One Latin-1 file in stacks/teams/ ended every preview of the project in a traceback
+    (issue 22): now the other teams' stacks preview, with a warning naming that file."""
+    (project / "stacks" / "teams" / "zeta.yaml").write_bytes("name: zeta\nowner: Zoë\n".encode("latin-1"))
+    r = gf("preview", "--stack", "cv-training", "--format", "json", cwd=project)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    warning = next(line for line in r.stderr.splitlines() if "zeta.yaml" in line)
+    assert "not UTF-8" in warning and "GPU quota is not checked" in warning, warning
