@@ -50,7 +50,10 @@ def controller(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         layout.paths, slurm_user="root", state_save=str(root / "state"), log_dir=str(root / "log"),
         run_dir=str(root / "run"), slurmctld_port=port, munge_socket=str(root / "munge.sock"),
     )  # fmt: skip
-    files = render_slurm(dataclasses.replace(layout, paths=paths))
+    # Without the accounting lines: with AccountingStorageEnforce=associations slurmctld will not start
+    # without a slurmdbd ("fatal: slurmdbd and/or database must be up at slurmctld start time"). Those
+    # lines run, with slurmdbd and MariaDB, on the accounting bed (tests/slurm/test_accounting_testbed.py).
+    files = render_slurm(dataclasses.replace(layout, paths=paths, accounting=None))
     for rel, text in files.items():
         (root / "etc" / Path(rel).name).write_text(text)
     # The head is this machine; the GPU nodes get documentation addresses (TEST-NET-1): they
