@@ -39,7 +39,7 @@ def test_validate_stops_on_ctrl_c_and_leaves_no_complete_report(tmp_path: Path, 
     out = tmp_path / "evidence"
     code, took, _stdout, stderr = interrupt(
         ["validate", "--inventory", str(inv), "--connect-timeout", "60", "--out", str(out), "--format", "json"],
-        cwd=tmp_path, env=base_env(), ready="connect",
+        cwd=tmp_path, env=base_env(), ready="validate node checks",
     )
     assert code == 130, stderr[-2000:]
     assert took < STOP_WITHIN_S, f"took {took:.1f} s after SIGINT"
