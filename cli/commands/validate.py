@@ -2,15 +2,14 @@
 
 Exit 0 when every result is pass/info/warning, 1 when any is error/unknown, 2 for bad input.
 The report goes to stdout (table or JSON); live progress goes to stderr; raw outputs, the
-report and the versions seen go to the evidence directory (--out).
+report and the versions seen go to the evidence directory (--out). Those outputs are written by
+cli/commands/validate_output.py; this module reads the inputs, picks the checks and runs them.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
-import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,15 @@ from typing import Any
 import click
 
 from gpuforge.commands.options import project_dir_option
+from gpuforge.commands.validate_output import LiveProgress, render, write_outputs
 from gpuforge.common import inputfile
 from gpuforge.common.errors import InputError
 from gpuforge.common.results import CheckResult, Report, atomic_write
-from gpuforge.common.table import Column, Rows, emit, format_option
-from gpuforge.common.table import console as rich_console
+from gpuforge.common.table import format_option
 from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Inventory, Node, load_inventory
 from gpuforge.validate.network.iperf import IperfSettings
-from gpuforge.validate.runner import Runner, RunOptions, RunResult
+from gpuforge.validate.runner import Runner, RunOptions
 from gpuforge.validate.system import system_checks
 from gpuforge.validate.transport import LocalTransport, Timeouts, Transport
 
@@ -110,51 +109,6 @@ def _expectations(inv: Inventory, baseline: Path | None) -> Any:
     return build
 
 
-class _RichProgress:
-    """A live bar on a terminal; plain lines when stderr is a pipe or a file (a CI log), where
-    rich would show nothing until the end. rich is imported only for the bar: a CI log's first
-    result should not wait for it. Workers report from their own threads: one lock."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.live = sys.stderr.isatty()
-        if self.live:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.console = rich_console(stderr=True)
-            self.live = self.console.is_terminal
-            self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("{task.fields[note]}"), console=self.console, transient=False,
-            )  # fmt: skip
-        self.task: Any = None
-        self.name, self.total, self.done = "", 0, 0
-
-    def __enter__(self) -> _RichProgress:
-        if self.live:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live:
-            self.bar.stop()
-
-    def stage(self, name: str, total: int) -> None:
-        self.name, self.total, self.done = name, total, 0
-        if self.live:
-            self.task = self.bar.add_task(name, total=total, note="")
-        else:
-            click.echo(f"validate {name}: {total} job(s) ...", err=True)
-
-    def advance(self, note: str = "") -> None:
-        with self.lock:
-            self.done += 1
-            if self.live and self.task is not None:
-                self.bar.update(self.task, advance=1, note=note)
-            elif not self.live:
-                click.echo(f"validate {self.name} {self.done}/{self.total}: {note}", err=True)
-
-
 def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
                partition: str | None = None, workers: int = 32) -> Transport:
     if kind == "slurm":
@@ -186,42 +140,6 @@ def _transport(kind: str, inv: Inventory, accept_new: bool, timeouts: Timeouts,
     return SshTransport(inv.ssh, timeouts, accept_new=accept_new, max_connections=workers)
 
 
-def _write_outputs(out: Path, result: RunResult, accepted: list[dict[str, str]]) -> None:
-    atomic_write(out / "report.json", result.report.to_json() + "\n")
-    versions: dict[str, Any] = {"iperf3": result.report.context.get("versions", {}).get("iperf3", {})}
-    for r in result.report.results:
-        if r.check == "system.identity" and isinstance(r.observed, dict):
-            versions.setdefault("kernel", {})[r.targets[0]] = r.observed.get("kernel")
-        if r.check.startswith("gpu.cluster."):
-            versions[r.check] = r.observed
-    atomic_write(out / "versions.json", json.dumps(versions, indent=2, default=str) + "\n")
-    if accepted:
-        atomic_write(out / "accepted_host_keys.json", json.dumps(accepted, indent=2) + "\n")
-
-
-def _render(result: RunResult, fmt: str) -> None:
-    if fmt == "json":
-        click.echo(result.report.to_json())
-        return
-    emit(_folded(result.report).rows("gpuforge validate"), fmt)
-    states = Rows("nodes", [Column("node"), Column("state"), Column("detail")])
-    for name, st in result.states.items():
-        states.add(name, st.state, st.detail)
-    emit(states, fmt)
-    if result.verdict is not None and result.matrix:
-        emit(_matrix_rows(result.matrix), fmt)
-        line = f"localisation: {result.verdict.kind} — {result.verdict.message}"
-        click.echo(line if fmt == "table" else f"# {line}")
-    tcp = result.report.context.get("tcp_model")
-    if isinstance(tcp, dict):
-        lines = []
-        if tcp.get("reason"):
-            lines.append(f"TCP ceiling judged against: {tcp['reason']}; floor {tcp['floor_gbps']:.3g} Gbit/s per direction")
-        lines.append(str(tcp.get("nccl", "")))
-        for line in filter(None, lines):
-            click.echo(line if fmt == "table" else f"# {line}")
-
-
 def _kubernetes_results(kubeconfig: Path, inv: Inventory) -> list[CheckResult]:
     from gpuforge.validate.kubernetes import expect_from_profile, run_kubernetes_checks
 
@@ -235,29 +153,6 @@ def _kubernetes_results(kubeconfig: Path, inv: Inventory) -> list[CheckResult]:
     except KeyError as exc:  # unknown profile or instance type
         raise InputError(f"inventory profile {inv.profile!r}: {exc}", "use a profile from core/profiles/") from None
     return run_kubernetes_checks(str(kubeconfig), expect)
-
-
-def _folded(report: Report) -> Report:
-    """For the table only: identical results on several nodes become one row (node[1-4])."""
-    groups: dict[tuple[Any, ...], list[CheckResult]] = {}
-    for r in report.results:
-        key = (r.check, r.level, json.dumps(r.observed, default=str), json.dumps(r.expected, default=str), r.message)
-        groups.setdefault(key, []).append(r)
-    folded = Report(report.kind, context=report.context)
-    for rs in groups.values():
-        targets = tuple(t for r in rs for t in r.targets)
-        first = rs[0]
-        folded.add(CheckResult(first.check, first.level, targets, first.observed, first.expected, first.message))
-    return folded
-
-
-def _matrix_rows(mat: dict[str, dict[str, float | None]]) -> Rows:
-    nodes = list(mat)
-    rows = Rows("iperf3 Gbit/s (row sends to column)",
-                [Column("from \\ to"), *(Column(n, justify="right") for n in nodes)])
-    for a in nodes:
-        rows.add(a, *("·" if a == b else ("-" if mat[a].get(b) is None else f"{mat[a][b]:.3g}") for b in nodes))
-    return rows
 
 
 def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
@@ -404,7 +299,7 @@ def command(
     )
     runner: Runner | None = None
     try:
-        with _RichProgress() as progress:
+        with LiveProgress() as progress:
             runner = Runner(inv, transport, selected, expect, options=opts, progress=progress)
             result = runner.run()
     except KeyboardInterrupt:
@@ -423,7 +318,7 @@ def command(
     if accepted:
         result.report.context["accepted_host_keys"] = accepted
     result.report.context["evidence_dir"] = str(out)
-    _write_outputs(out, result, accepted)
+    write_outputs(out, result, accepted)
     if junit is not None:
         result.report.write_junit(junit)
     if html_page is not None:
@@ -431,7 +326,7 @@ def command(
 
         write_html(result.report, out, html_page)
         click.echo(f"report: {html_page}", err=True)
-    _render(result, fmt)
+    render(result, fmt)
     if save_baseline is not None:
         _save_baseline(save_baseline, inv, result.report)
     click.echo(f"evidence: {out}", err=True)

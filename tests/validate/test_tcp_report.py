@@ -119,12 +119,12 @@ def test_a_pair_whose_run_failed_is_measured_again() -> None:
 
 
 def test_the_text_report_prints_the_ceiling_and_the_nccl_note(capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuforge.commands.validate import _render
+    from gpuforge.commands.validate_output import render
 
     nodes = [{"name": f"n{i}", "host": f"10.0.0.{i}", "instance_type": "p4de.24xlarge"} for i in range(1, 4)]
     inv = Inventory.model_validate({"profile": "cv-training", "nodes": nodes})
     res = Runner(inv, ReplayTransport(), [], lambda n: thresholds.build_expectations(inv.profile, n.instance_type)).run()
-    _render(res, "table")
+    render(res, "table")
     out = capsys.readouterr().out
     assert "TCP ceiling judged against: 8 flows x 10 Gbit/s in a cluster placement group = 80 Gbit/s" in out
     assert "floor 40 Gbit/s per direction" in out and "NCCL over EFA" in out
