@@ -74,14 +74,10 @@ def container_command(workload: str, facts: NodeFacts, extra: tuple[str, ...] = 
     return ["python", script, *args]
 
 
-def node_command(workload: str, image: Image, facts: NodeFacts, *, mirror_location: str | None = None,
-                 extra: tuple[str, ...] = (), runtime: str = "docker") -> str:
-    """The shell command one node runs: script to a private folder, then the pinned container."""
-    if workload not in WORKLOADS:
-        raise ValueError(f"unknown workload {workload!r}")
-    ref = image.pull_ref(mirror_location)
-    inner = container_command(workload, facts, extra)
-    env = {
+def provenance_env(image: Image, facts: NodeFacts, inner: list[str]) -> dict[str, str]:
+    """What the workload script records as its provenance: the same variables on a node (docker
+    -e) and in a Kubernetes Job's container."""
+    return {
         "GPUFORGE_POC_INSTANCE_TYPE": facts.instance_type or "",
         "GPUFORGE_POC_IMAGE": image.ref,
         "GPUFORGE_POC_IMAGE_DIGEST": image.digest,
@@ -89,6 +85,16 @@ def node_command(workload: str, image: Image, facts: NodeFacts, *, mirror_locati
         "GPUFORGE_POC_GPU_SHARE": facts.gpu_share or "",
         "GPUFORGE_POC_COMMAND": " ".join(shlex.quote(a) for a in inner),
     }
+
+
+def node_command(workload: str, image: Image, facts: NodeFacts, *, mirror_location: str | None = None,
+                 extra: tuple[str, ...] = (), runtime: str = "docker") -> str:
+    """The shell command one node runs: script to a private folder, then the pinned container."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}")
+    ref = image.pull_ref(mirror_location)
+    inner = container_command(workload, facts, extra)
+    env = provenance_env(image, facts, inner)
     run = [runtime, "run", "--rm", "--pull", "missing", "--network", "none", "--ipc", "host",
            *(["--gpus", "all"] if facts.gpus > 0 else []),
            "-v", f'"$d":{IN_CONTAINER}:ro',

@@ -10,12 +10,11 @@ the ConfigMap are deleted afterwards (best effort; both carry the gpuforge-poc l
 
 from __future__ import annotations
 
-import shlex
 import time
 import uuid
 from typing import Any
 
-from gpuforge.validate.poc import IN_CONTAINER, SCRIPT, Image, NodeFacts, container_command
+from gpuforge.validate.poc import IN_CONTAINER, SCRIPT, Image, NodeFacts, container_command, provenance_env
 from gpuforge.validate.transport import CommandResult, Outcome
 
 LABEL = {"app.kubernetes.io/managed-by": "gpuforge-poc"}
@@ -26,14 +25,7 @@ def manifests(workload: str, image: Image, facts: NodeFacts, name: str, *, mirro
               node_selector: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(ConfigMap, Job) for one POC run."""
     inner = container_command(workload, NodeFacts(facts.instance_type, 1, facts.node_count, facts.gpu_share), extra)
-    env = {
-        "GPUFORGE_POC_INSTANCE_TYPE": facts.instance_type or "",
-        "GPUFORGE_POC_IMAGE": image.ref,
-        "GPUFORGE_POC_IMAGE_DIGEST": image.digest,
-        "GPUFORGE_POC_NODES": str(facts.node_count),
-        "GPUFORGE_POC_GPU_SHARE": facts.gpu_share or "",
-        "GPUFORGE_POC_COMMAND": " ".join(shlex.quote(a) for a in inner),
-    }
+    env = provenance_env(image, facts, inner)
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": LABEL},
           "data": {SCRIPT.name: SCRIPT.read_text()}}
     pod_spec: dict[str, Any] = {
