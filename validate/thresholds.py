@@ -165,8 +165,10 @@ def _put_gpu_facts(put: Any, model: str, precision: str | None, gpu: Any, src: s
         put("nvlink_link_gbs", link["link_gbs"], f"thresholds.yaml nvlink: {d['nvlink']['source']}")
     if gpu.memory_bandwidth_gbs is not None:
         put("memory_bandwidth_gbs", float(gpu.memory_bandwidth_gbs), f"{src}: gpus.yaml {model} (datasheet peak)")
-    attr = d["compute"]["precision_peak"].get(precision or "fp32")
-    peak = getattr(gpu, attr, None) if attr else None
+    wanted = d["compute"]["precision_peak"].get(precision or "fp32")
+    attrs = [wanted] if isinstance(wanted, str) else list(wanted or [])
+    attr = next((a for a in attrs if getattr(gpu, a, None) is not None), None)
+    peak = getattr(gpu, attr) if attr else None
     if peak is not None:
         put("compute_tflops", float(peak), f"{src}: gpus.yaml {model} {attr} (datasheet peak)")
         put("compute_peak_field", attr, f"thresholds.yaml compute.precision_peak[{precision or 'fp32'}]")

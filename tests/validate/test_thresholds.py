@@ -52,7 +52,8 @@ def test_t4_has_no_invented_nccl_figure():
 def test_overrides_win_and_say_inventory():
     e = build_expectations("risk-sim", "p4d.24xlarge", {"gpus_per_node": 4, "nccl_busbw_gbps": 150.0})
     assert e.gpus_per_node == 4 and e.sources["gpus_per_node"] == "inventory"
-    assert e.gpu_model == "A100" and e.extra["compute_precision"] == "fp64" and e.extra["compute_tflops"] == 9.7
+    # DGEMM on an A100 runs on its FP64 tensor cores: judged against 19.5, not the non-tensor 9.7
+    assert e.gpu_model == "A100" and e.extra["compute_precision"] == "fp64" and e.extra["compute_tflops"] == 19.5
 
 
 def test_bad_names_are_clear_errors():
@@ -96,3 +97,18 @@ def test_bad_baselines(tmp_path):
     (tmp_path / "c.json").write_text("{")
     with pytest.raises(InputError, match="not valid JSON"):  # the one reader (common/inputfile.py)
         load_baseline(tmp_path / "c.json")
+
+
+def test_fp64_is_judged_against_the_tensor_core_peak_where_the_gpu_has_one():
+    """The lent H200 ran DGEMM at 55.2 TFLOPS (2026-12-04), above its 34 non-tensor peak: against
+    34 an H200 at half its DGEMM speed would pass. V100 has no FP64 tensor cores and keeps 7.8."""
+    from gpuforge.validate.compute import ComputeCheck
+
+    h200 = build_expectations("risk-sim", "p5en.48xlarge", {})
+    assert h200.extra["compute_tflops"] == 67 and h200.extra["compute_peak_field"] == "fp64_tensor_tflops"
+    assert build_expectations("risk-sim", None, {}).extra["compute_tflops"] == 7.8  # p3dn: V100
+    gpu = {"name": "NVIDIA H200", "matmul_tflops": {"fp64": 30.0, "fp16": 700.0, "fp32": 50.0}, "copy_gbs": 4100.0}
+    doc = {"tool": "gpuforge-compute", "schema": 1, "backend": "torch", "gpus": [{"index": i, **gpu} for i in range(8)]}
+    half = json.dumps(doc)
+    results = {r.check: r for r in ComputeCheck().run_on_output("n1", half, h200)}
+    assert results["compute.matmul"].level is Level.WARNING and "45% of 67" in results["compute.matmul"].message
