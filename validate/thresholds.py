@@ -172,6 +172,10 @@ def _put_gpu_facts(put: Any, model: str, precision: str | None, gpu: Any, src: s
     if peak is not None:
         put("compute_tflops", float(peak), f"{src}: gpus.yaml {model} {attr} (datasheet peak)")
         put("compute_peak_field", attr, f"thresholds.yaml compute.precision_peak[{precision or 'fp32'}]")
+        by_model = d["compute"].get("min_fraction_by_model", {}).get(model) or {}
+        if attr in by_model:
+            why = f"thresholds.yaml compute.min_fraction_by_model {model}: {by_model['source']}"
+            put("compute_min_fraction", float(by_model[attr]), why)
 
 
 def _put_nccl(put: Any, instance_type: str) -> None:

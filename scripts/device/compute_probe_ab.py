@@ -2,6 +2,11 @@
 the probe as it was (OLD, a file path) on a cold GPU, the shipped probe, the old one again right
 after (warm), the shipped one again. Prints one JSON line per run with the SM clock read after it.
 Usage (device machine, repository root): python3 scripts/device/compute_probe_ab.py OLD_PROBE.py
+
+Run once, 2026-12-04, on a lent H200, with a variant probe (0.5 s warm-up, then 1 s of batched
+calls) against the shipped one (tests/validate/fixtures/compute_h200_lent_ab.jsonl): the variant
+read LOWER fp16 (630, 643 TFLOPS) than the shipped probe cold (701) and warm (718), so the idea it
+tested (a cold GPU's clock ramp biasing the short timing) was wrong, and the variant was dropped.
 """
 
 from __future__ import annotations

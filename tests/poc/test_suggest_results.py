@@ -1,8 +1,9 @@
 """`catalog suggest --profile P --results DIR`: shapes ranked by the workload's cost per unit, each
 figure labelled measured or published with what it was measured on; CPU runs never ranked.
 
-No GPU measurement exists yet in this repository (the session that built this had no device:
-see notes/issue-23). The measured path is checked with a real CPU run of the shipped script whose
+The one GPU measurement in this repository (tests/poc/fixtures/h200_lent) is of a machine outside
+the catalog, so it cannot be ranked (tests/poc/test_h200_lent_results.py). The measured path is
+checked with a real CPU run of the shipped script whose
 `provenance.device.kind` the test itself sets to "cuda" (said where it happens): that checks
 precedence, labels and arithmetic, never a figure anyone should read as an A100's.
 """

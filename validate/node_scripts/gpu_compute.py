@@ -12,32 +12,21 @@ import sys
 import time
 
 SCHEMA = 1
-# Warm-up, per measurement: the first call picks cuBLAS's kernel, and an idle GPU's clocks ramp up
-# over the first tenths of a second of work (an H200 read 345 MHz idle, 1980 MHz under load). One
-# warm-up call (1.6 ms of fp16 work) timed the ramp: a healthy H200 measured 686 fp16 TFLOPS =
-# 69% of peak on 2026-12-04, where back-to-back products run at about 790.
-WARMUP_S = 0.5
 BUDGET_S = 1.0  # per measurement, after warm-up
-MAX_ITERS = 400
-BATCH = 4  # calls queued between synchronizations: the host's round trip is not timed per call
+MAX_ITERS = 50
 SIZES = {"fp16": 8192, "fp32": 8192, "fp64": 4096}
 COPY_BYTES = 1 << 30
 
 
 def _timed(torch, fn, device):
-    """Seconds per call of fn at the GPU's working clocks: WARMUP_S of calls first, then calls in
-    batches of BATCH until BUDGET_S has passed (at least 2 batches), each loop also capped by MAX_ITERS."""
+    """Seconds per call of fn, bounded by BUDGET_S and MAX_ITERS."""
+    fn()  # warm-up: cuBLAS picks its kernel here
+    torch.cuda.synchronize(device)
     n, start = 0, time.perf_counter()
-    while n < MAX_ITERS and (n == 0 or time.perf_counter() - start < WARMUP_S):
+    while n < MAX_ITERS and (n < 2 or time.perf_counter() - start < BUDGET_S):
         fn()
-        torch.cuda.synchronize(device)
         n += 1
-    n, start = 0, time.perf_counter()
-    while n < MAX_ITERS and (n < 2 * BATCH or time.perf_counter() - start < BUDGET_S):
-        for _ in range(BATCH):
-            fn()
         torch.cuda.synchronize(device)
-        n += BATCH
     return (time.perf_counter() - start) / n
 
 
