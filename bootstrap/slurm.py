@@ -61,7 +61,10 @@ class SlurmAccounting:
     accounts: tuple[SlurmAccount, ...] = ()
     users: tuple[SlurmUser, ...] = ()
     mysql_admin: str = "mysql"  # the embedded server's admin client (root over the unix socket)
-    mysql_datadir: str = "/var/lib/mysql"  # on the head's encrypted root volume
+    mysql_datadir: str = "/var/lib/mysql"  # the mount point of the database's own volume (`datadir_volume`)
+    # The embedded database's datadir is a volume of its own (core/scheduler.py DbVolume): MariaDB
+    # then starts only once it is mounted (the mariadb.service drop-in), never on the root volume.
+    datadir_volume: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,7 @@ def _accounting(settings: SlurmSettings) -> SlurmAccounting | None:
     if a is None:
         return None
     return SlurmAccounting(embedded=a.embedded, storage_host=a.host, storage_port=a.port, storage_user=a.user,
-                           accounts=a.accounts, users=a.users)  # fmt: skip
+                           accounts=a.accounts, users=a.users, datadir_volume=a.volume is not None)  # fmt: skip
 
 
 def _env() -> jinja2.Environment:
@@ -165,6 +168,8 @@ def render_accounting(layout: SlurmLayout) -> dict[str, str]:
     files = {ACCOUNTING_SCRIPT: env.get_template("gpuforge-slurm-accounting.j2").render(ctx)}
     if a.embedded:
         files[MARIADB_DROPIN] = env.get_template("90-gpuforge.cnf.j2").render(ctx)
+    if a.embedded and a.datadir_volume:
+        files[MARIADB_UNIT_DROPIN] = env.get_template("mariadb-datadir.conf.j2").render(ctx)
     return files
 
 
@@ -179,3 +184,5 @@ def render_users(layout: SlurmLayout) -> dict[str, str]:
 ACCOUNTING_SCRIPT = "opt/gpuforge/bin/gpuforge-slurm-accounting"
 USERS_SCRIPT = "opt/gpuforge/bin/gpuforge-slurm-users"
 MARIADB_DROPIN = "etc/mysql/mariadb.conf.d/90-gpuforge.cnf"
+# mariadb.service, not its alias mysql.service: systemd reads drop-ins under the unit's own name.
+MARIADB_UNIT_DROPIN = "etc/systemd/system/mariadb.service.d/gpuforge-datadir.conf"

@@ -1,6 +1,7 @@
 """User data of a Slurm stack's head node: the GPU nodes' runner, library and Slurm files, with
-only the phases a controller needs (base: packages, time, hostname; slurm: munge; slurm-accounting:
-slurmdbd and its database; slurm-start: slurmctld; slurm-accounts: the teams' accounts and quotas).
+only the phases a controller needs (base: packages, time, hostname; data-volume: the embedded
+database's own EBS volume at MariaDB's datadir; slurm: munge; slurm-accounting: slurmdbd and its
+database; slurm-start: slurmctld; slurm-accounts: the teams' accounts and quotas).
 
 The same templates as the GPU nodes, so the head and its nodes pin the same Slurm version (they
 boot the same AMI) and read the same slurm.conf.
@@ -15,6 +16,7 @@ from gpuforge.bootstrap.render import RenderedBootstrap, render_plan
 from gpuforge.bootstrap.versions import load_versions
 from gpuforge.core.config import StackConfig
 from gpuforge.core.jobcost import PRICING_FILE, pricing_for
+from gpuforge.core.profiles import DataVolume
 
 
 def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
@@ -22,10 +24,18 @@ def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
         raise BootstrapError(f"stack {cfg.stack} has no Slurm head node", "set gpuforge:scheduler: slurm")
     v = load_versions()
     gpu_plan = plan_node(cfg, cfg.slurm.head_name, v)
-    assert gpu_plan.slurm_version is not None
-    acct = cfg.slurm.accounting
-    phases = [
-        Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the head node's name"),
+    assert gpu_plan.slurm_version is not None and gpu_plan.slurm is not None
+    acct, layout_acct = cfg.slurm.accounting, gpu_plan.slurm.accounting
+    db_volume = None
+    phases = [Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the head node's name")]
+    if acct is not None and acct.volume is not None and layout_acct is not None:
+        # The GPU nodes' data-volume phase, at MariaDB's datadir, before slurm-accounting installs
+        # mariadb-server (whose postinst initialises the datadir, or keeps and re-owns one it finds).
+        datadir = layout_acct.mysql_datadir
+        db_volume = DataVolume(type=acct.volume.type, size_gib=acct.volume.size_gib, mount=datadir)
+        phases.append(Phase("data-volume", f"the accounting database's {acct.volume.type} EBS volume -> {datadir} "
+                                           "(format only if blank)"))  # fmt: skip
+    phases += [
         Phase("slurm", f"munge and slurmctld {gpu_plan.slurm_version.version} (cluster {cfg.slurm.cluster_name})"),
         Phase("pyxis", f"Pyxis {v.pyxis.version} for srun/sbatch on the submit host (no Enroot)"),
     ]
@@ -40,6 +50,9 @@ def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
         slurm_daemon="slurmctld",
         phases=tuple(phases),
         cloudwatch_agent=None,
+        nvme_count=0,  # the head's type has no instance store: no scratch array, no scratch.mount to wait for
+        data_volume=db_volume,
+        data_volume_id=None,
         checkpoint_command=None,
         checkpoint_images=(),
         db_parameter=acct.password_parameter if acct is not None else None,

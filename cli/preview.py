@@ -39,6 +39,7 @@ class PreviewResult:
             "note": DISCLAIMER,
             "resources": [
                 {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "inputs": _redact(r.inputs)}
+                | ({"options": opts} if (opts := _options(r)) else {})
                 for r in sorted(self.run.resources, key=lambda r: r.urn)
             ],
             "outputs": _redact(self.run.outputs),
@@ -156,6 +157,13 @@ def _redact(value: Any) -> Any:
     return value
 
 
+def _options(r: Any) -> dict[str, bool]:
+    """The resource options that change what a delete or a replacement does (only those set)."""
+    opts = {"retainOnDelete": getattr(r, "retain_on_delete", False),
+            "deleteBeforeReplace": getattr(r, "delete_before_replace", False)}  # fmt: skip
+    return {k: v for k, v in opts.items() if v}
+
+
 def tree_rows(result: PreviewResult) -> list[tuple[int, str, str]]:
     """(depth, type, name) rows in a stable order: children sorted by type then name."""
     children: dict[str, list[Any]] = defaultdict(list)
@@ -169,7 +177,8 @@ def tree_rows(result: PreviewResult) -> list[tuple[int, str, str]]:
     rows: list[tuple[int, str, str]] = []
 
     def walk(node: Any, depth: int) -> None:
-        rows.append((depth, node.type, node.name))
+        kept = " (kept on delete)" if getattr(node, "retain_on_delete", False) else ""
+        rows.append((depth, node.type, node.name + kept))
         for c in sorted(children[node.urn], key=lambda c: (c.custom, c.type, c.name)):
             walk(c, depth + 1)
 

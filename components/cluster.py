@@ -91,6 +91,7 @@ class GpuCluster(pulumi.ComponentResource):
                     config=cfg,
                     ami_id=_ami(cfg, self),  # the nodes' image: the same Slurm version as their slurmd
                     subnet_id=network.subnet_id,
+                    availability_zone=network.availability_zone,
                     security_group_id=network.security_group_id,  # members talk to each other (6817/6818)
                     nodes=nodes.nodes,
                     node_role_name=nodes.role_name,

@@ -8,7 +8,11 @@ cluster shares.
   OUTSIDE the cluster placement group (it does no GPU traffic and must not take a slot there),
   encrypted root volume, IMDSv2 only, no SSH beyond the stack's sshCidrs (SSM Session Manager);
 - the hosts parameter: "private-ip name" per line for the head and every GPU node, written once
-  the instances exist; nodes are not in DNS and slurm.conf names them (bootstrap/slurm.py).
+  the instances exist; nodes are not in DNS and slurm.conf names them (bootstrap/slurm.py);
+- with the embedded accounting database, its own encrypted gp3 volume in the head's AZ, attached
+  to the head and mounted at MariaDB's datadir by the head's data-volume phase. Pulumi never deletes
+  it (retain_on_delete): replacing the head re-attaches it to the new head; destroying the stack
+  leaves it in the account (README, "Accounting": how a new stack takes it back).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import pulumi_aws as aws
 import pulumi_random as random
 
 from gpuforge.bootstrap.slurm_head import render_head_user_data
-from gpuforge.components.compute import SSM_CORE_POLICY, Node
+from gpuforge.components.compute import DATA_DEVICE, SSM_CORE_POLICY, Node
 from gpuforge.core.config import StackConfig
 
 
@@ -31,6 +35,7 @@ class SlurmHeadArgs:
     config: StackConfig
     ami_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
+    availability_zone: pulumi.Input[str]  # the subnet's: the database volume must be in the head's AZ
     security_group_id: pulumi.Input[str]
     nodes: Sequence[Node]  # the GPU nodes (slurmd), by inventory name
     node_role_name: pulumi.Input[str]
@@ -126,6 +131,7 @@ class SlurmHead(pulumi.ComponentResource):
         aws.iam.RolePolicy(f"{name}-head-slurm", role=role.id, policy=policy_for(head_params), opts=child)
         aws.iam.RolePolicy(f"{name}-node-slurm", role=args.node_role_name, policy=policy_for(node_params), opts=child)
         profile = aws.iam.InstanceProfile(f"{name}-head-profile", role=role.name, tags=tags, opts=child)
+        db_volume = acct.volume if acct is not None else None
 
         self.instance = aws.ec2.Instance(
             slurm.head_name,
@@ -146,8 +152,33 @@ class SlurmHead(pulumi.ComponentResource):
             user_data_base64=render_head_user_data(cfg).user_data_base64,
             tags={**tags, "Name": slurm.head_name},
             volume_tags={**tags, "Name": f"{slurm.head_name}-root"},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
+            # With the database volume attached, a replaced head is deleted before its successor is
+            # made: the volume detaches from a stopped head (stop_instance_before_detaching, so
+            # MariaDB shuts down cleanly) and the new head's data-volume phase waits for it, as on
+            # a first boot; two heads never run slurmctld or MariaDB at once.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends, delete_before_replace=db_volume is not None),
         )
+        if db_volume is not None:
+            volume_name = f"{slurm.head_name}-accounting-db"
+            vol = aws.ebs.Volume(
+                volume_name,
+                availability_zone=args.availability_zone,
+                type=db_volume.type,
+                size=db_volume.size_gib,
+                encrypted=True,  # the account's EBS key (aws/ebs), as the head's root and the nodes' volumes
+                tags={**tags, "Name": volume_name, "gpuforge-cluster": slurm.cluster_name},
+                # Kept when Pulumi would delete it (stack destroy, a replacement): the accounting history
+                # outlives the head. It stays in the account and costs its GB-month until removed.
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            )
+            aws.ec2.VolumeAttachment(
+                f"{volume_name}-attach",
+                device_name=DATA_DEVICE,
+                instance_id=self.instance.id,
+                volume_id=vol.id,
+                stop_instance_before_detaching=True,
+                opts=child,
+            )
 
         ips = {slurm.head_name: self.instance.private_ip, **{n.name: n.instance.private_ip for n in args.nodes}}
         for i, (param, names) in enumerate(zip(slurm.hosts_parameters, slurm.hosts_chunks, strict=True)):

@@ -147,22 +147,27 @@ def _egress_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, 
 
 def _slurm_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:
     """The head node runs on demand whatever the GPU nodes are bought as (components/slurmhead.py).
-    With accounting in MariaDB on the head (the default) it is the larger type and its root volume
-    holds the database too (core/slurmhead_sizes.py); an existing database is billed elsewhere."""
+    With accounting in MariaDB on the head (the default) it is the larger type, and the database
+    has a gp3 volume of its own (core/slurmhead_sizes.py) that outlives the head: it is billed
+    while it exists, stack or no stack. An existing database is billed elsewhere."""
     if cfg.slurm is None:
         return ()
     from gpuforge.core.catalog import load_catalog
 
     head = prices.instance(cfg.slurm.head_instance_type, cfg.region)
-    gp3 = load_catalog().storage.usd_per_gb_month["gp3"]
+    per_gb = load_catalog().storage.usd_per_gb_month
     acct = cfg.slurm.accounting
     why = " (slurmctld, slurmdbd, MariaDB)" if acct is not None and acct.embedded else ""
     root = cfg.slurm.head_root_gib
-    return (
+    items = [
         FixedItem(f"Slurm head {cfg.slurm.head_instance_type}{why}", 1, "nodes", head),
-        FixedItem("storage Slurm head root gp3" + (" (incl. accounting database)" if why else ""), root, "GiB",
-                  root * gp3 / HOURS_PER_MONTH),
-    )
+        FixedItem("storage Slurm head root gp3", root, "GiB", root * per_gb["gp3"] / HOURS_PER_MONTH),
+    ]
+    if acct is not None and acct.volume is not None:
+        v = acct.volume
+        items.append(FixedItem(f"storage Slurm accounting database {v.type} (kept on delete)", v.size_gib, "GiB",
+                               v.size_gib * per_gb[v.type] / HOURS_PER_MONTH))  # fmt: skip
+    return tuple(items)
 
 
 def _eks_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, ...]:

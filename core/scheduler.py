@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from gpuforge.common.errors import ConfigError
 from gpuforge.core.catalog import GpuModel, InstanceType
 from gpuforge.core.limits import limit
 from gpuforge.core.profiles import Profile, SlurmHealthCheck, SlurmPartition
-from gpuforge.core.slurmhead_sizes import HEAD_DB_INSTANCE_TYPE, head_root_gib
+from gpuforge.core.slurmhead_sizes import HEAD_DB_INSTANCE_TYPE, HEAD_DB_VOLUME_GIB, HEAD_DB_VOLUME_TYPE, HEAD_ROOT_GIB
 
 NS = "gpuforge"
 # RealMemory is 95 % of the memory EC2 lists: the kernel and firmware keep some, and a node whose
@@ -59,10 +59,19 @@ class SlurmUser:
 
 
 @dataclass(frozen=True)
+class DbVolume:
+    """The embedded MariaDB's EBS volume (encrypted, in the head's AZ, retained on delete)."""
+
+    type: Literal["gp3"] = HEAD_DB_VOLUME_TYPE
+    size_gib: int = HEAD_DB_VOLUME_GIB
+
+
+@dataclass(frozen=True)
 class AccountingSettings:
     """slurmdbd on the head, storing into MariaDB on the head (embedded, the default) or into an
     existing MySQL-compatible endpoint (gpuforge:accountingDbEndpoint). The password is an SSM
-    SecureString, made at deploy time for the embedded database (components/slurmhead.py)."""
+    SecureString, made at deploy time for the embedded database (components/slurmhead.py). The
+    embedded database lives on an EBS volume of its own (`volume`), kept when the head goes."""
 
     embedded: bool
     host: str
@@ -71,6 +80,7 @@ class AccountingSettings:
     password_parameter: str
     accounts: tuple[SlurmAccount, ...]
     users: tuple[SlurmUser, ...]
+    volume: DbVolume | None = None  # the embedded database's volume; None with an existing database
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,7 @@ class SlurmSettings:
     hosts_parameters: tuple[str, ...]
     hosts_chunks: tuple[tuple[str, ...], ...]  # the names each of hosts_parameters lists
     accounting: AccountingSettings | None = None
-    head_root_gib: int = 50  # core/slurmhead_sizes.py: more with the embedded database
+    head_root_gib: int = HEAD_ROOT_GIB  # the database is never on it (AccountingSettings.volume)
 
 
 # Parameter Store quotas (AWS General Reference, "AWS Systems Manager endpoints and quotas"):
@@ -204,7 +214,6 @@ def slurm_settings(
         hosts_parameters=tuple(f"/gpuforge/{stack}/slurm/hosts/{i}" for i in range(len(chunks))),
         hosts_chunks=chunks,
         accounting=accounting,
-        head_root_gib=head_root_gib(embedded),
     )
 
 
@@ -232,7 +241,7 @@ def accounting_settings(raw: Any, stack: str) -> AccountingSettings:
     users = tuple(SlurmUser(u.name, u.uid, t.name, u.gpu_limit) for t in teams.values() for u in t.users)
     if endpoint is None:
         return AccountingSettings(True, "127.0.0.1", 3306, "slurm", f"/gpuforge/{stack}/slurm/db-password",
-                                  accounts, users)  # fmt: skip
+                                  accounts, users, DbVolume())  # fmt: skip
     m = _ENDPOINT.fullmatch(endpoint)
     port = int(m.group("port") or 3306) if m else 0
     if m is None or not 1 <= port <= 65535:

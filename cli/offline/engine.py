@@ -43,6 +43,9 @@ class Registered:
     property_dependencies: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # pulumi.CustomTimeouts as the engine gets them: (create, update, delete), "" where unset
     custom_timeouts: tuple[str, str, str] = ("", "", "")
+    # resource options the engine gets and a preview must show: kept on delete, deleted before replacement
+    retain_on_delete: bool = False
+    delete_before_replace: bool = False
 
 
 @dataclass
@@ -97,6 +100,8 @@ class RecordingMonitor(MockMonitor):
                     property_dependencies=tuple((k, tuple(v.urns)) for k, v in sorted(request.propertyDependencies.items())),
                     custom_timeouts=(request.customTimeouts.create, request.customTimeouts.update,
                                      request.customTimeouts.delete),
+                    retain_on_delete=bool(request.retainOnDelete),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
                 )
             )
         return resp

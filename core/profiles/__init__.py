@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuforge.core.catalog import did_you_mean
 
@@ -53,8 +53,15 @@ class Shape(_Frozen):
 
 class DataVolume(_Frozen):
     type: Literal["st1", "sc1", "gp3"]
-    size_gib: int = Field(ge=125)  # st1/sc1 minimum size
+    size_gib: int = Field(ge=1)
     mount: str
+
+    @model_validator(mode="after")
+    def _ebs_minimum(self) -> DataVolume:
+        # EBS minimum sizes (EC2 User Guide, "Amazon EBS volume types"): 125 GiB for st1 and sc1, 1 GiB for gp3.
+        if self.type in ("st1", "sc1") and self.size_gib < 125:
+            raise ValueError(f"an {self.type} volume is at least 125 GiB, not {self.size_gib}")
+        return self
 
 
 class Storage(_Frozen):

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from gpuforge.bootstrap.render import RenderedBootstrap, render_user_data
+from gpuforge.bootstrap.slurm_head import render_head_user_data
 from gpuforge.bootstrap.versions import Versions, load_versions
 from gpuforge.core.config import StackConfig
 
@@ -122,6 +123,7 @@ class Sandbox:
     render_kwargs: dict[str, Any] = field(default_factory=dict)
     env_overrides: dict[str, str] = field(default_factory=dict)
     downloads: dict[str, bytes] | None = None
+    head: bool = False  # the Slurm head's user data (bootstrap/slurm_head.py) instead of a GPU node's
 
     def __post_init__(self) -> None:
         self.root = self.tmp / "root"
@@ -134,7 +136,10 @@ class Sandbox:
         # The gpuforge phase installs real wheels with a real pip, which the fakes cannot serve:
         # tests/bootstrap/test_node_install.py runs it on its own (tests/SUBSTITUTIONS.md).
         kwargs = {"gpuforge_install": False, **self.render_kwargs}
-        self.rendered: RenderedBootstrap = render_user_data(self.cfg, self.node_name, versions=self.versions, **kwargs)
+        self.rendered: RenderedBootstrap = (
+            render_head_user_data(self.cfg) if self.head
+            else render_user_data(self.cfg, self.node_name, versions=self.versions, **kwargs)
+        )  # fmt: skip
         for d in (self.root, self.state, self.bin, self.dl):
             d.mkdir(parents=True, exist_ok=True)
         for name, data in downloads.items():
@@ -174,10 +179,11 @@ class Sandbox:
         disk("nvme0n1", "nvme-Amazon_Elastic_Block_Store_vol0root00000000000")
         (dev / "nvme0n1p1").touch()
         (byid / "nvme-Amazon_Elastic_Block_Store_vol0root00000000000-part1").symlink_to("../../nvme0n1p1")
-        n_store = int(self.env_overrides.get("FAKE_NVME", self.cfg.instance.nvme_count))
+        plan = self.rendered.plan
+        n_store = int(self.env_overrides.get("FAKE_NVME", plan.nvme_count if plan else self.cfg.instance.nvme_count))
         for i in range(n_store):
             disk(f"nvme{i + 1}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i:016X}")
-        if self.cfg.profile.storage.data_volume is not None and self.env_overrides.get("FAKE_NO_DATA_VOLUME") != "1":
+        if plan is not None and plan.data_volume is not None and self.env_overrides.get("FAKE_NO_DATA_VOLUME") != "1":
             disk(f"nvme{n_store + 1}n1", "nvme-Amazon_Elastic_Block_Store_vol0data1234567890ab")
         # The primary interface as the kernel shows it at first boot: EC2's default MTU 9001
         # (the fake's IMDS meta-data/mac answers this MAC), and docker's bridge beside it.
@@ -210,6 +216,20 @@ class Sandbox:
         cmd = [str(self.root / c.lstrip("/")) for c in self.runcmd[0]]
         self.calls_before = len(self.calls())
         return subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False)
+
+    def run_phase(self, name: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """One phase script as the runner starts it (GPUFORGE_PHASE set), without the runner."""
+        (self.root / "var/lib/gpuforge").mkdir(parents=True, exist_ok=True)
+        (self.root / "var/lib/gpuforge/last-error").unlink(missing_ok=True)
+        (self.root / "var/lib/gpuforge/changed").unlink(missing_ok=True)
+        script = self.root / "opt/gpuforge/phases" / f"{name}.sh"
+        self.calls_before = len(self.calls())
+        return subprocess.run(["bash", str(script)], env={**self.env(), "GPUFORGE_PHASE": name},
+                              capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
+
+    def changed(self) -> bool:
+        """Whether the last phase run said it changed the node."""
+        return (self.root / "var/lib/gpuforge/changed").exists()
 
     def raw_calls(self) -> list[list[str]]:
         log = self.state / "calls.log"

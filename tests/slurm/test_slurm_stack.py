@@ -10,9 +10,12 @@ import json
 from typing import Any
 
 from gpuforge.policycheck import check_graph
+from gpuforge.preview import tree_rows
 from tests.policy.conftest import mutate
 
 INSTANCE = "aws:ec2/instance:Instance"
+VOLUME = "aws:ebs/volume:Volume"
+ATTACHMENT = "aws:ec2/volumeAttachment:VolumeAttachment"
 PARAM = "aws:ssm/parameter:Parameter"
 # How the engine marks a secret value (pulumi.runtime.rpc: _special_sig_key / _special_secret_sig).
 SECRET_SIG, SECRET_VALUE = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
@@ -103,16 +106,20 @@ def test_the_node_role_reads_exactly_the_clusters_parameters(record) -> None:
 def test_cost_counts_the_head_node(record) -> None:
     plain = record().cost.to_dict()
     slurm = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04").cost.to_dict()
-    items = {line["item"] for line in slurm["lines"]}
-    # accounting in MariaDB on the head (the default): m6i.xlarge on demand (catalog/platform_prices.yaml)
-    # + 100 GiB gp3 (50 for the OS and Slurm, 50 for the database; catalog/storage_prices.yaml)
-    assert {"Slurm head m6i.xlarge (slurmctld, slurmdbd, MariaDB)",
-            "storage Slurm head root gp3 (incl. accounting database)"} <= items  # fmt: skip
-    assert abs(slurm["hourly"]["on_demand"] - plain["hourly"]["on_demand"] - (0.192 + 100 * 0.08 / 730)) < 2e-4
-    # an existing database: the slurmctld-only head of the profile, 50 GiB
+    lines = {line["item"]: line for line in slurm["lines"]}
+    # accounting in MariaDB on the head (the default): m6i.xlarge on demand (catalog/platform_prices.yaml),
+    # its 50 GiB gp3 root, and the database's own 50 GiB gp3 volume (catalog/storage_prices.yaml: $0.08/GB-month)
+    assert lines["Slurm head m6i.xlarge (slurmctld, slurmdbd, MariaDB)"]["quantity"] == 1
+    assert lines["storage Slurm head root gp3"]["quantity"] == 50
+    db = lines["storage Slurm accounting database gp3 (kept on delete)"]
+    assert db["quantity"] == 50 and abs(db["on_demand_usd_per_hour"] - 50 * 0.08 / 730) < 1e-9
+    assert abs(slurm["hourly"]["on_demand"] - plain["hourly"]["on_demand"] - (0.192 + 50 * 0.08 / 730 + 50 * 0.08 / 730)) < 2e-4
+    # an existing database: the slurmctld-only head of the profile, 50 GiB, and no database volume
     ext = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", accountingDbEndpoint="db.example.internal",
                  accountingDbPasswordParameter="/site/db").cost.to_dict()  # fmt: skip
-    assert {"Slurm head m6i.large", "storage Slurm head root gp3"} <= {line["item"] for line in ext["lines"]}
+    items = {line["item"] for line in ext["lines"]}
+    assert {"Slurm head m6i.large", "storage Slurm head root gp3"} <= items
+    assert not [i for i in items if "accounting database" in i]
     assert abs(ext["hourly"]["on_demand"] - plain["hourly"]["on_demand"] - (0.096 + 50 * 0.08 / 730)) < 2e-4
 
 
@@ -160,7 +167,9 @@ def test_accounting_password_is_a_secret_only_the_head_reads(record) -> None:
 def test_the_head_grows_with_the_embedded_database_and_not_with_an_existing_one(record) -> None:
     res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
     [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
-    assert head.inputs["instanceType"] == "m6i.xlarge" and head.inputs["rootBlockDevice"]["volumeSize"] == 100
+    # the database is on a volume of its own (test below), not on the root volume EC2 deletes with the head
+    assert head.inputs["instanceType"] == "m6i.xlarge" and head.inputs["rootBlockDevice"]["volumeSize"] == 50
+    assert head.inputs["rootBlockDevice"]["deleteOnTermination"] is True
     ext = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2,
                  accountingDbEndpoint="acct.cluster-x.us-east-1.rds.amazonaws.com:3306",
                  accountingDbPasswordParameter="/site/slurm/db-password").run.resources  # fmt: skip
@@ -172,3 +181,35 @@ def test_the_head_grows_with_the_embedded_database_and_not_with_an_existing_one(
     [hp] = [r for r in _by(ext, "aws:iam/rolePolicy:RolePolicy") if r.name == "vision-slurm-head-slurm"]
     read = json.loads(hp.inputs["policy"])["Statement"][0]["Resource"]
     assert any(a.endswith(":parameter/site/slurm/db-password") for a in read)
+    assert not _by(ext, VOLUME) and not _by(ext, ATTACHMENT) and not head.delete_before_replace
+    assert "data-volume" not in ud and "RequiresMountsFor" not in ud
+
+
+def test_the_accounting_database_has_its_own_retained_volume_on_the_head(record) -> None:
+    """The embedded MariaDB's datadir is an encrypted gp3 volume in the head's AZ, attached to the head,
+    that Pulumi keeps when it would delete it; the head is deleted before a replacement is made, and
+    the volume detaches only from a stopped head. The preview says so."""
+    result = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2)
+    res = result.run.resources
+    [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
+    [vol] = _by(res, VOLUME)
+    [att] = _by(res, ATTACHMENT)
+    assert vol.name == "vision-slurm-head-accounting-db"
+    assert vol.inputs["type"] == "gp3" and vol.inputs["size"] == 50 and vol.inputs["encrypted"] is True
+    node_azs = {n["availability_zone"] for n in result.run.outputs["inventory"]["nodes"]}
+    assert node_azs == {vol.inputs["availabilityZone"]}  # the subnet's AZ, where the head runs too
+    assert vol.inputs["tags"]["Name"] == "vision-slurm-head-accounting-db" and vol.inputs["tags"]["stack"] == "vision-slurm"
+    assert vol.retain_on_delete and not head.retain_on_delete
+    assert head.delete_before_replace
+    assert att.inputs["stopInstanceBeforeDetaching"] is True and att.inputs["deviceName"] == "/dev/sdf"
+    assert att.inputs["volumeId"].startswith("vol-") and att.inputs["instanceId"].startswith("i-")
+    assert vol.urn in att.dependencies and head.urn in att.dependencies
+    shown = {r["name"]: r for r in result.to_dict()["resources"]}
+    assert shown["vision-slurm-head-accounting-db"]["options"] == {"retainOnDelete": True}
+    assert shown["vision-slurm-head"]["options"] == {"deleteBeforeReplace": True}
+    assert "options" not in shown["vision-slurm-node01"]
+    shown_rows = {name: kind for _, kind, name in tree_rows(result)}  # what `gpuforge preview` prints
+    assert shown_rows["vision-slurm-head-accounting-db (kept on delete)"] == "aws:ebs/volume:Volume"
+    # the head mounts it at MariaDB's datadir before installing MariaDB, and MariaDB needs the mount
+    ud = _user_data(head.inputs["userDataBase64"])
+    assert "mnt=/var/lib/mysql" in ud and "RequiresMountsFor=/var/lib/mysql" in ud
