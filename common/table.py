@@ -9,7 +9,9 @@
   `grep`, `cut` and `awk` expect. The default when stdout is not a terminal.
 - `json`: one document, written by each command (its shape is the command's own).
 
-rich is imported only when a table is drawn, so JSON and plain output do not pay for it.
+rich is imported only when a table is drawn, so JSON and plain output do not pay for it. rich is
+not a base dependency (the `rich` extra, in `deploy`): without it, a table is aligned text and a
+console prints without styles (common/plain.py); the commands write the same markup for both.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+
+from gpuforge.common.plain import PlainConsole, have_rich, records_text, table_text
 
 FORMATS = ("table", "plain", "json")
 FORMAT_HELP = "table (default on a terminal), plain (one record per line; default when piped) or json."
@@ -128,7 +132,10 @@ def column_widths(rows: Rows, width: int) -> list[int] | None:
 def console(**kwargs: Any) -> Any:
     """A rich Console whose broken pipe is an OSError(EPIPE) like click's, not rich's own
     `SystemExit(1)` (rich Console.on_broken_pipe), which would read as "checks failed": the CLI
-    ends a closed pipe with 141 (cli/cli.py, issue 22)."""
+    ends a closed pipe with 141 (cli/cli.py, issue 22). Without rich: a PlainConsole (same
+    `print` of markup strings, styles dropped; click.echo's broken pipe is already EPIPE)."""
+    if not have_rich():
+        return PlainConsole(width=kwargs.get("width") or terminal_width(), stderr=bool(kwargs.get("stderr")))
     import errno
 
     from rich.console import Console
@@ -145,12 +152,15 @@ def console(**kwargs: Any) -> Any:
 
 
 def print_table(rows: Rows) -> None:
+    width = terminal_width()
+    widths = column_widths(rows, width)
+    if not have_rich():
+        click.echo(records_text(rows, width) if widths is None else table_text(rows, widths), nl=False)
+        return
     from rich.table import Table
     from rich.text import Text
 
-    width = terminal_width()
     out = console(width=width, soft_wrap=False)
-    widths = column_widths(rows, width)
     if widths is None:
         _print_records(out, rows)
         return

@@ -294,7 +294,7 @@ def _seconds(s: float) -> str:
 
 
 def _print_suggestions(profile: str, region: str, shown: list[Any], total: int, fmt: str) -> None:
-    from rich.markup import escape
+    from gpuforge.common.plain import escape
 
     # A compact ranking first, then the explanations as text: long sentences read badly in table cells.
     fit_styles = {"exact": "green"}

@@ -122,7 +122,7 @@ _NO_MIRROR = "bootstrap downloads from the vendors' sites (no gpuforge:mirror)"
 
 
 def _print_table(result: PreviewResult) -> None:
-    from rich.markup import escape
+    from gpuforge.common.plain import escape
 
     console = rich_console(width=terminal_width())
     cfg = result.config

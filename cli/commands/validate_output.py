@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from gpuforge.common.plain import have_rich
 from gpuforge.common.results import CheckResult, Report, atomic_write
 from gpuforge.common.table import Column, Rows, emit
 from gpuforge.common.table import console as rich_console
@@ -24,11 +25,12 @@ from gpuforge.validate.runner import RunResult
 class LiveProgress:
     """A live bar on a terminal; plain lines when stderr is a pipe or a file (a CI log), where
     rich would show nothing until the end. rich is imported only for the bar: a CI log's first
-    result should not wait for it. Workers report from their own threads: one lock."""
+    result should not wait for it. Without rich (not a base dependency) a terminal gets the same
+    plain lines. Workers report from their own threads: one lock."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.live = sys.stderr.isatty()
+        self.live = sys.stderr.isatty() and have_rich()
         if self.live:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -7,7 +7,8 @@ dependencies, with the node's own command (`pip install --require-hashes --only-
 a wheel set that pip downloads once into the node-wheel cache (bootstrap/nodelock.py cache_dir) and
 every later run installs offline. In it the CLI, validate (local transport) and the health check
 run, every check the registry names loads, nothing imports Pulumi, boto3, jinja2 or kubernetes,
-and a deploy command says which extra to install in one `error:` line, exit 2.
+rich is absent and tables are plain text, and a deploy command says which extra to install in one
+`error:` line, exit 2.
 """
 
 from __future__ import annotations
@@ -174,6 +175,26 @@ def test_every_check_the_registry_names_loads_in_the_base_install(base_venv: Pat
                            timeout=60, cwd="/")  # fmt: skip
     assert there.returncode == 0, there.stderr
     assert json.loads(there.stdout) == json.loads(here.stdout) and len(json.loads(here.stdout)) >= 9
+
+
+def test_the_base_install_has_no_rich(base_venv: Path) -> None:
+    """rich and what it brings (pygments, markdown-it-py, mdurl: 12 MB) are the `rich` extra's."""
+    lock = {e.name for e in parse_lock(TARGETS["py311"].lock_file.read_text())}
+    assert not lock & {"rich", "pygments", "markdown-it-py", "mdurl"}
+    p = subprocess.run([str(base_venv / "bin" / "python"), "-c", "import rich"], check=False, capture_output=True,
+                       text=True, timeout=60, cwd="/")  # fmt: skip
+    assert p.returncode == 1 and "ModuleNotFoundError" in p.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["cost", "--stack", "cv-training", "--format", "table"],
+    ["catalog", "list", "--format", "table"],
+    ["health-check", "--help"],
+], ids=lambda a: " ".join(a[:2]))  # fmt: skip
+def test_the_base_install_prints_plain_tables(base_venv: Path, args: list[str]) -> None:
+    r = run(base_venv / "bin" / "python", "--project-dir", str(ROOT), *args)
+    assert r.code == 0 and "Traceback" not in r.err and r.heavy == [], r.err
+    assert not set("┏┃━│┡") & set(r.out), "drawn by rich, which the base does not install"
 
 
 @pytest.mark.parametrize("args", DEPLOY_COMMANDS, ids=lambda a: a[0])

@@ -52,7 +52,7 @@ get() {
 }
 lock=node-x86_64-py310.txt
 get "$lock"
-echo 24770e8536fa86478eb39aa74d0a0a9dedc17d83a006a91e9b408fb61db40742"  $WH/$lock" | sha256sum -c --quiet - ||
+echo 74e22af1d220f228b573bd22934663feec2a11f8723df2187399aa4726de950d"  $WH/$lock" | sha256sum -c --quiet - ||
   die "$lock: sha256 differs from the lock this node was rendered with (gpuforge $want)"
 get gpuforge.txt
 awk '/^# [^ ]+\.whl$/ {w = $2} /--hash=sha256:/ {sub(/.*--hash=sha256:/, ""); print w, $0}' "$WH/$lock" "$WH/gpuforge.txt" >"$WH/files"
