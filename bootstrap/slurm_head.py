@@ -26,13 +26,14 @@ def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
     gpu_plan = plan_node(cfg, cfg.slurm.head_name, v)
     assert gpu_plan.slurm_version is not None and gpu_plan.slurm is not None
     acct, layout_acct = cfg.slurm.accounting, gpu_plan.slurm.accounting
-    db_volume = None
+    db_volume, db_volume_id = None, None
     phases = [Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the head node's name")]
     if acct is not None and acct.volume is not None and layout_acct is not None:
         # The GPU nodes' data-volume phase, at MariaDB's datadir, before slurm-accounting installs
         # mariadb-server (whose postinst initialises the datadir, or keeps and re-owns one it finds).
         datadir = layout_acct.mysql_datadir
         db_volume = DataVolume(type=acct.volume.type, size_gib=acct.volume.size_gib, mount=datadir)
+        db_volume_id = acct.volume.existing_id  # an adopted volume: the phase takes that one only
         phases.append(Phase("data-volume", f"the accounting database's {acct.volume.type} EBS volume -> {datadir} "
                                            "(format only if blank)"))  # fmt: skip
     phases += [
@@ -52,7 +53,7 @@ def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
         cloudwatch_agent=None,
         nvme_count=0,  # the head's type has no instance store: no scratch array, no scratch.mount to wait for
         data_volume=db_volume,
-        data_volume_id=None,
+        data_volume_id=db_volume_id,
         checkpoint_command=None,
         checkpoint_images=(),
         db_parameter=acct.password_parameter if acct is not None else None,

@@ -157,10 +157,11 @@ def _redact(value: Any) -> Any:
     return value
 
 
-def _options(r: Any) -> dict[str, bool]:
-    """The resource options that change what a delete or a replacement does (only those set)."""
+def _options(r: Any) -> dict[str, bool | str]:
+    """The resource options that change what a create, a delete or a replacement does (only those set)."""
     opts = {"retainOnDelete": getattr(r, "retain_on_delete", False),
-            "deleteBeforeReplace": getattr(r, "delete_before_replace", False)}  # fmt: skip
+            "deleteBeforeReplace": getattr(r, "delete_before_replace", False),
+            "import": getattr(r, "import_id", "")}  # fmt: skip
     return {k: v for k, v in opts.items() if v}
 
 
@@ -178,7 +179,8 @@ def tree_rows(result: PreviewResult) -> list[tuple[int, str, str]]:
 
     def walk(node: Any, depth: int) -> None:
         kept = " (kept on delete)" if getattr(node, "retain_on_delete", False) else ""
-        rows.append((depth, node.type, node.name + kept))
+        adopted = f" (adopts {node.import_id})" if getattr(node, "import_id", "") else ""
+        rows.append((depth, node.type, node.name + kept + adopted))
         for c in sorted(children[node.urn], key=lambda c: (c.custom, c.type, c.name)):
             walk(c, depth + 1)
 

@@ -12,7 +12,7 @@ cluster shares.
 - with the embedded accounting database, its own encrypted gp3 volume in the head's AZ, attached
   to the head and mounted at MariaDB's datadir by the head's data-volume phase. Pulumi never deletes
   it (retain_on_delete): replacing the head re-attaches it to the new head; destroying the stack
-  leaves it in the account (README, "Accounting": how a new stack takes it back).
+  leaves it in the account, and gpuforge:accountingDbVolumeId gives it to a new stack.
 """
 
 from __future__ import annotations
@@ -168,8 +168,10 @@ class SlurmHead(pulumi.ComponentResource):
                 encrypted=True,  # the account's EBS key (aws/ebs), as the head's root and the nodes' volumes
                 tags={**tags, "Name": volume_name, "gpuforge-cluster": slurm.cluster_name},
                 # Kept when Pulumi would delete it (stack destroy, a replacement): the accounting history
-                # outlives the head. It stays in the account and costs its GB-month until removed.
-                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+                # outlives the head. It stays in the account and costs its GB-month until removed, and
+                # a new stack takes it back with gpuforge:accountingDbVolumeId (Pulumi's import option:
+                # the volume joins the stack as it is, then follows the program's tags and size).
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, import_=db_volume.existing_id),
             )
             aws.ec2.VolumeAttachment(
                 f"{volume_name}-attach",

@@ -142,6 +142,10 @@ class RawStackConfig(BaseModel):
     accountingDbEndpoint: str | None = None
     accountingDbPasswordParameter: str | None = None
     accountingDbUser: str = Field(default="slurm", pattern=r"^[A-Za-z0-9_]{1,32}$")
+    # The embedded database's own EBS volume: its size (gp3: 1 GiB to 16 TiB), and an existing
+    # volume to adopt (the one a destroyed stack left behind) instead of making a blank one.
+    accountingDbVolumeGib: int = Field(default=50, ge=10, le=16384)
+    accountingDbVolumeId: str | None = Field(default=None, pattern=r"^vol-([0-9a-f]{8}|[0-9a-f]{17})$")
 
 
 CONFIG_KEYS = tuple(RawStackConfig.model_fields)

@@ -64,6 +64,7 @@ class DbVolume:
 
     type: Literal["gp3"] = HEAD_DB_VOLUME_TYPE
     size_gib: int = HEAD_DB_VOLUME_GIB
+    existing_id: str | None = None  # gpuforge:accountingDbVolumeId: adopt this volume (Pulumi import)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ def slurm_settings(
     )
 
 
-ACCOUNTING_KEYS = ("accountingDbEndpoint", "accountingDbPasswordParameter")
+ACCOUNTING_KEYS = ("accountingDbEndpoint", "accountingDbPasswordParameter", "accountingDbVolumeId")
 _ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(:(?P<port>\d{1,5}))?$")
 _PARAMETER = re.compile(r"^/?[A-Za-z0-9_.\-/]{1,1000}$")  # SSM parameter names
 
@@ -240,8 +241,13 @@ def accounting_settings(raw: Any, stack: str) -> AccountingSettings:
     accounts = tuple(SlurmAccount(t.name, t.gpu_quota, t.cost_center) for t in teams.values())
     users = tuple(SlurmUser(u.name, u.uid, t.name, u.gpu_limit) for t in teams.values() for u in t.users)
     if endpoint is None:
+        volume = DbVolume(size_gib=raw.accountingDbVolumeGib, existing_id=raw.accountingDbVolumeId)
         return AccountingSettings(True, "127.0.0.1", 3306, "slurm", f"/gpuforge/{stack}/slurm/db-password",
-                                  accounts, users, DbVolume())  # fmt: skip
+                                  accounts, users, volume)  # fmt: skip
+    if raw.accountingDbVolumeId is not None:
+        raise ConfigError(f"{NS}:accountingDbVolumeId", "is the embedded database's volume, and "
+                          f"{NS}:accountingDbEndpoint names an existing database",
+                          "remove one of them")  # fmt: skip
     m = _ENDPOINT.fullmatch(endpoint)
     port = int(m.group("port") or 3306) if m else 0
     if m is None or not 1 <= port <= 65535:

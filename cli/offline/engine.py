@@ -46,6 +46,7 @@ class Registered:
     # resource options the engine gets and a preview must show: kept on delete, deleted before replacement
     retain_on_delete: bool = False
     delete_before_replace: bool = False
+    import_id: str = ""  # the import option: an existing resource the stack adopts
 
 
 @dataclass
@@ -102,6 +103,7 @@ class RecordingMonitor(MockMonitor):
                                      request.customTimeouts.delete),
                     retain_on_delete=bool(request.retainOnDelete),
                     delete_before_replace=bool(request.deleteBeforeReplace),
+                    import_id=request.importId,
                 )
             )
         return resp

@@ -93,6 +93,11 @@ def test_the_head_carries_its_node_price_for_cost_jobs() -> None:
     ({"accountingDbPasswordParameter": "/x"}, "gpuforge:accountingDbEndpoint"),
     ({**EXT, "accountingDbEndpoint": "db example:3306"}, "gpuforge:accountingDbEndpoint"),
     ({**EXT, "accountingDbEndpoint": "db.example:99999"}, "gpuforge:accountingDbEndpoint"),
+    ({**EXT, "accountingDbVolumeId": "vol-0123456789abcdef0"}, "gpuforge:accountingDbVolumeId"),
+    ({"accountingDbVolumeId": "vol-XYZ"}, "gpuforge:accountingDbVolumeId"),
+    ({"accountingDbVolumeId": "snap-0123456789abcdef0"}, "gpuforge:accountingDbVolumeId"),
+    ({"accountingDbVolumeGib": "5"}, "gpuforge:accountingDbVolumeGib"),
+    ({"accountingDbVolumeGib": "20000"}, "gpuforge:accountingDbVolumeGib"),
 ])  # fmt: skip
 def test_bad_accounting_options_name_the_key(extra: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as ex:
@@ -108,6 +113,10 @@ def test_accounting_options_without_slurm_are_refused() -> None:
     with pytest.raises(ConfigError) as ex:
         parse_stack_config(raw, "cv-training")
     assert ex.value.key == "gpuforge:accountingDbEndpoint"
+    raw = {**slurm_raw("cv-training", accountingDbVolumeId="vol-0123456789abcdef0"), "gpuforge:scheduler": "none"}
+    with pytest.raises(ConfigError) as ex:
+        parse_stack_config(raw, "cv-training")
+    assert ex.value.key == "gpuforge:accountingDbVolumeId"
 
 
 def test_team_users_are_checked() -> None:

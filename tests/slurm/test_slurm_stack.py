@@ -213,3 +213,27 @@ def test_the_accounting_database_has_its_own_retained_volume_on_the_head(record)
     # the head mounts it at MariaDB's datadir before installing MariaDB, and MariaDB needs the mount
     ud = _user_data(head.inputs["userDataBase64"])
     assert "mnt=/var/lib/mysql" in ud and "RequiresMountsFor=/var/lib/mysql" in ud
+
+
+def test_a_new_stack_adopts_the_volume_a_destroyed_one_left(record) -> None:
+    """gpuforge:accountingDbVolumeId: the retained volume joins the stack through Pulumi's import
+    option, at the size the stack states, and the head's phase takes that volume only."""
+    result = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2,
+                    accountingDbVolumeId="vol-0123456789abcdef0", accountingDbVolumeGib=200)  # fmt: skip
+    res = result.run.resources
+    [vol] = _by(res, VOLUME)
+    assert vol.import_id == "vol-0123456789abcdef0" and vol.retain_on_delete and vol.inputs["size"] == 200
+    shown = {r["name"]: r for r in result.to_dict()["resources"]}
+    assert shown[vol.name]["options"] == {"retainOnDelete": True, "import": "vol-0123456789abcdef0"}
+    assert {name for _, _, name in tree_rows(result)} >= {
+        "vision-slurm-head-accounting-db (kept on delete) (adopts vol-0123456789abcdef0)"}
+    [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
+    assert "want=vol0123456789abcdef0\n" in _user_data(head.inputs["userDataBase64"])
+    lines = {line["item"]: line for line in result.cost.to_dict()["lines"]}
+    db = lines["storage Slurm accounting database gp3 (kept on delete)"]
+    assert db["quantity"] == 200 and abs(db["on_demand_usd_per_hour"] - 200 * 0.08 / 730) < 1e-9
+    # a stack that makes its own volume pins none: the only non-root EBS volume is it
+    plain = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
+    [head] = [r for r in _by(plain, INSTANCE) if r.name == "vision-slurm-head"]
+    assert "want=''\n" in _user_data(head.inputs["userDataBase64"])
+    assert not [v for v in _by(plain, VOLUME) if v.import_id]
