@@ -1,6 +1,7 @@
 """Benchmark: the base install against the full (deploy) install, built from the same wheel in one run.
 
-Builds gpuforge's wheel from this checkout (`python -m build --wheel`), then two clean venvs:
+Builds gpuforge's wheel from this checkout as the deploy builds the nodes' wheel (bootstrap/nodelock.py
+build_wheel: from a clean copy, never the checkout's stale build/), then two clean venvs:
 
 - base: the wheel and the base dependencies only, with the node's own command (`pip install
   --require-hashes --only-binary :all: --no-index --find-links`, this host's py311 lock, the wheel
@@ -31,18 +32,11 @@ import venv
 from pathlib import Path
 
 from gpuforge import __version__
-from gpuforge.bootstrap.nodelock import GPUFORGE_LINE, TARGETS, cache_dir, wheelhouse
+from gpuforge.bootstrap.nodelock import GPUFORGE_LINE, TARGETS, build_wheel, cache_dir, wheelhouse
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_COUNTED = ("pip", "setuptools", "pkg_resources", "_distutils_hack", "distutils-precedence.pth")
 GOAL_MB = 40.0
-
-
-def build_wheel(out: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], check=True,
-                   capture_output=True, env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"})  # fmt: skip
-    (whl,) = out.glob("gpuforge-*.whl")
-    return whl
 
 
 def make_venv(home: Path) -> Path:
@@ -112,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="install-size-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        whl = build_wheel(work / "dist")
+        whl = build_wheel(work / "dist", ROOT)
         t = TARGETS["py311"]
         wh = wheelhouse(t, cache_dir(t, __version__), index=args.index, gpuforge_wheel=whl, cert=os.environ.get("PIP_CERT"))
         base = make_venv(work / "base")

@@ -175,13 +175,31 @@ def build_wheel(out: Path, root: Path | None = None) -> Path:
         )
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpuforge-wheel-") as tmp:
+        clean = _clean_source(src, Path(tmp) / "src")
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check", "-w", tmp, str(src)],
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check", "-w", tmp, str(clean)],
             check=True, stdout=subprocess.DEVNULL, env=_build_env(),
         )  # fmt: skip
         (whl,) = Path(tmp).glob("gpuforge-*.whl")
         dest = out / whl.name
         shutil.copyfile(whl, dest)
+    return dest
+
+
+def _clean_source(root: Path, dest: Path) -> Path:
+    """What the wheel is built from: pyproject.toml, README.md and the folders its package-dir maps,
+    without __pycache__. pip builds a local folder in place, and setuptools reuses the checkout's
+    build/lib: a module deleted or moved since the last build would ride along in the wheel the
+    nodes install (seen: gpuforge/pulumi_conformance.py, split away in issue 18, in 0.1.0's wheel)."""
+    text = (root / "pyproject.toml").read_text()
+    section = re.search(r"^\[tool\.setuptools\.package-dir\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    if section is None:
+        raise NodeLockError(f"{root / 'pyproject.toml'}: no [tool.setuptools.package-dir]", "build from a gpuforge checkout")
+    dest.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(root / name, dest / name)
+    for folder in sorted(set(re.findall(r'^\s*"[^"]+"\s*=\s*"([^"]+)"', section.group(1), re.M))):
+        shutil.copytree(root / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge import __version__
-from gpuforge.bootstrap.nodelock import GPUFORGE_LINE, TARGETS, cache_dir, parse_lock, wheelhouse
+from gpuforge.bootstrap.nodelock import GPUFORGE_LINE, TARGETS, build_wheel, cache_dir, parse_lock, wheelhouse
 
 pytestmark = pytest.mark.slow
 
@@ -120,6 +121,31 @@ def test_the_wheels_only_top_level_import_name_is_gpuforge(dist: Dist) -> None:
     assert zipfile.ZipFile(dist.wheel).read(top_level).decode().split() == ["gpuforge"]
     # what the node needs from the package itself: its lock files and the validate data
     assert {"gpuforge/bootstrap/node-locks/node-x86_64-py310.txt", "gpuforge/validate/data/thresholds.yaml"} <= set(names)
+
+
+def test_the_nodes_wheel_holds_what_the_published_wheel_holds(dist: Dist, tmp_path: Path) -> None:
+    """The deploy builds the nodes' wheel with pip (bootstrap/nodelock.py build_wheel); the same files
+    as `python -m build`'s, which builds from the sdist."""
+    whl = build_wheel(tmp_path, ROOT)
+    assert sorted(zipfile.ZipFile(whl).namelist()) == sorted(zipfile.ZipFile(dist.wheel).namelist())
+
+
+def test_a_stale_build_folder_never_reaches_the_nodes_wheel(tmp_path: Path) -> None:
+    """pip builds a local folder in place and setuptools packs the folder's build/lib as it finds it:
+    a module deleted since an earlier build rode along to the nodes (gpuforge/pulumi_conformance.py
+    was in the wheel after the split that removed it)."""
+    src = tmp_path / "checkout"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for folder in ("cli", "common", "core", "components", "bootstrap", "validate", "policy"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    stale = src / "build" / "lib" / "gpuforge" / "deleted_long_ago.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("RAN = True\n")
+    names = zipfile.ZipFile(build_wheel(tmp_path / "out", src)).namelist()
+    assert "gpuforge/cli.py" in names
+    assert "gpuforge/deleted_long_ago.py" not in names
 
 
 def test_the_base_venv_holds_only_the_base_distributions(base_venv: Path) -> None:
