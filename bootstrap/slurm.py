@@ -45,6 +45,18 @@ class SlurmPaths:
     health_check_program: str = HEALTH_CHECK_PROGRAM
     conf_dir: str = CONF_DIR  # where slurm.conf and slurmdbd.conf live (the accounting script reads them)
 
+    # Slurm 23.11.4's packaged slurmctld.service and slurmdbd.service (Debian's slurm-wlm 23.11.4-1.2,
+    # Ubuntu 24.04's; SchedMD's etc/*.service.in at slurm-23-11-4-1) run the daemon as User=slurm with
+    # RuntimeDirectory=<daemon>, and no PIDFile=: the pid file goes where systemd lets that user write.
+    # (slurmd's unit runs it as root: its pid file may stay in run_dir.)
+    @property
+    def slurmctld_pidfile(self) -> str:
+        return f"{self.run_dir}/slurmctld/slurmctld.pid"
+
+    @property
+    def slurmdbd_pidfile(self) -> str:
+        return f"{self.run_dir}/slurmdbd/slurmdbd.pid"
+
 
 @dataclass(frozen=True)
 class SlurmAccounting:

@@ -176,7 +176,9 @@ class AcctBed(SlurmBed):
 
     def start_slurmdbd(self) -> None:
         dbd_conf = self.root / "etc" / "slurmdbd.conf"
-        pidfile = self.root / "run" / "slurmdbd.pid"
+        # the directory systemd makes for the packaged unit's User= (RuntimeDirectory=slurmdbd; tests/SUBSTITUTIONS.md)
+        pidfile = Path(self.layout().paths.slurmdbd_pidfile)
+        pidfile.parent.mkdir(exist_ok=True)
         pidfile.unlink(missing_ok=True)
         # slurmdbd reads slurmdbd.conf next to slurm.conf (SLURM_CONF's directory).
         _sh("unshare", "--uts", "sh", "-c", f"hostname {CONTROLLER} && exec slurmdbd", env=self.env)

@@ -170,8 +170,11 @@ class SlurmBed:
 
     def _slurmctld(self) -> None:
         conf = self.env["SLURM_CONF"]
+        # the directory systemd makes for the packaged unit's User= (RuntimeDirectory=slurmctld; tests/SUBSTITUTIONS.md)
+        pidfile = Path(self.layout().paths.slurmctld_pidfile)
+        pidfile.parent.mkdir(exist_ok=True)
         _sh("unshare", "--uts", "sh", "-c", f"hostname {CONTROLLER} && exec slurmctld -f {conf}", env=self.env)
-        self.pids.append(int(_wait_file(self.root / "run" / "slurmctld.pid", "slurmctld", self.root / "log" / "slurmctld.log")))
+        self.pids.append(int(_wait_file(pidfile, "slurmctld", self.root / "log" / "slurmctld.log")))
 
     def _slurmd(self, i: int) -> None:
         h = self.tb.hosts[i - 1]

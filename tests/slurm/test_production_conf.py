@@ -40,7 +40,8 @@ def controller(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         pytest.skip(why)
     root = tmp_path_factory.mktemp("slurmprod")
     root.chmod(0o700)  # munged refuses a world-writable socket directory
-    for sub in ("etc", "state", "log", "run"):
+    # run/slurmctld: what systemd makes for the packaged unit (RuntimeDirectory=slurmctld; tests/SUBSTITUTIONS.md)
+    for sub in ("etc", "state", "log", "run", "run/slurmctld"):
         (root / sub).mkdir()
     cfg = slurm_stack("cv-training", nodeCount="4")
     assert cfg.slurm is not None
@@ -73,7 +74,7 @@ def controller(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     pids = []
     try:
         for _ in range(150):  # 15 s at most
-            pidfile = root / "run" / "slurmctld.pid"
+            pidfile = Path(paths.slurmctld_pidfile)
             if pidfile.is_file() and pidfile.read_text().strip():
                 pids.append(int(pidfile.read_text()))
                 break
