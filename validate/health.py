@@ -18,32 +18,63 @@ Rules (issue 14, issue 19: a rule that acts on any cluster size):
   that changes nvidia-smi's output, say) is likelier than that many broken nodes, and a check
   must not empty the partition. It says so instead, naming the bound.
 Every transition (and every decision not to act) is one JSON line in the log.
+
+Concurrency (issue 19): slurmctld asks every node for its health check at once (Slurm 22.05
+src/slurmctld/ping_nodes.c run_health_check: one REQUEST_HEALTH_CHECK agent to all nodes), and
+the nodes share nothing but the controller. Two nodes that both read sinfo before either drains
+would both drain past the bound. So a drain is confirmed against the controller (`steps`):
+drain, wait SETTLE_S, read sinfo again, and decide once more as if the health-check drains had
+been made one at a time in the order of (reason time, node name); a node that the rules would
+not have drained in that order resumes its own drain ("undo"). The outcome is that of the
+sequential run in that order, because slurmctld stamps each reason with its own clock
+(node_mgr.c update_node, under the node write lock) and the second read reaches slurmctld more
+than a second after our drain: every drain stamped at or before ours (whole seconds) was made
+before that read and is in it, and any drain not in it is stamped later and ranks after ours.
+So what a node sees ahead of itself is complete and final, and the nodes agree on the order.
+For at most SETTLE_S plus a read, more nodes than the bound may be drained; a drain stops new
+jobs only, so that window costs scheduling, never a running job. It assumes slurmctld's clock
+does not step back during those seconds.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Node
-from gpuforge.validate.slurm import NodeStatus, SlurmControl, SlurmError
+from gpuforge.validate.slurm import NodeStatus, SlurmError
 from gpuforge.validate.transport import LocalTransport, Outcome, Transport
 
 REASON_PREFIX = "gpuforge-health:"  # bootstrap/slurm.py HEALTH_DRAIN_PREFIX: the only drains it resumes
 MAX_REASON = 200  # scontrol keeps the reason whole; sinfo shows the start, so the check's name comes first
 HEALTH_TIERS = (0, 1)
+# After our own drain, how long to wait before reading sinfo again: more than the one second of
+# Slurm's reason timestamps, so every drain stamped at or before ours has been made (see above).
+SETTLE_S = 2.0
+READ, SETTLE = "read", "settle"  # what `steps` asks of its driver besides acting on a Decision
+
+
+class Controller(Protocol):
+    """The node states the health check reads and changes (validate/slurm.py SlurmControl)."""
+
+    def nodes(self) -> dict[str, NodeStatus]: ...
+    def drain(self, node: str, reason: str) -> None: ...
+    def resume(self, node: str) -> None: ...
 
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # drain | resume | none | held (a drain the bound or unknown evidence held back)
+    # drain | resume | none | held (a drain the bound or unknown evidence held back) |
+    # undo (our own drain resumed: in the controller's order the rules would not have made it)
+    action: str
     reason: str
     results: tuple[CheckResult, ...]
 
@@ -159,7 +190,73 @@ def decide(
     return Decision("drain", reason, res)
 
 
-def act(node: str, decision: Decision, control: SlurmControl, log: Callable[[dict[str, Any]], None]) -> None:
+def _ours(s: NodeStatus) -> bool:
+    return s.drained and s.reason.startswith(REASON_PREFIX)
+
+
+def view_before(node: str, status: dict[str, NodeStatus]) -> dict[str, NodeStatus]:
+    """The cluster as a one-at-a-time run would have shown it to `node` just before its drain:
+    `node` not yet drained, and every health-check drain ordered after its own (reason time, then
+    name) not yet made. A drain whose time sinfo cannot say counts as made before ours; if ours
+    has no time, every other one does: a wrong order can only hold a drain back, never add one."""
+    me = status[node]
+    mine = (me.reason_time if me.reason_time is not None else math.inf, node)
+    view: dict[str, NodeStatus] = {}
+    for name, s in status.items():
+        later = _ours(s) and (s.reason_time if s.reason_time is not None else -math.inf, name) > mine
+        view[name] = NodeStatus(name, "idle", "none") if name == node or later else s  # idle: not drained
+    return view
+
+
+def steps(node: str, results: Sequence[CheckResult], *, max_drained_percent: int
+          ) -> Generator[str | Decision, dict[str, NodeStatus] | None, Decision]:  # fmt: skip
+    """The health check against a shared controller: yields READ (send back every node's
+    status), SETTLE (wait SETTLE_S) or a Decision to act on; returns the final decision."""
+    status = yield READ
+    assert status is not None
+    first = decide(node, results, status, max_drained_percent=max_drained_percent)
+    yield first
+    if first.action != "drain":
+        return first
+    yield SETTLE
+    after = yield READ
+    assert after is not None
+    me = after.get(node)
+    if me is None or not me.drained or me.reason != first.reason:
+        return first  # changed since (resumed, or drained by someone else): not ours to confirm or undo
+    view = view_before(node, after)
+    again = decide(node, results, view, max_drained_percent=max_drained_percent)
+    if again.action == "drain":
+        return first
+    ahead = sorted(n for n, v in view.items() if _ours(v))
+    undo = Decision("undo", f"{again.reason}; this node's own drain resumed: the drains of {', '.join(ahead) or 'none'} "
+                            "came first in the controller's order (reason time, then name)", tuple(results))  # fmt: skip
+    yield undo
+    return undo
+
+
+def run_steps(node: str, results: Sequence[CheckResult], control: Controller,
+              log: Callable[[dict[str, Any]], None], *, max_drained_percent: int,
+              settle_s: float = SETTLE_S, sleep: Callable[[float], None] = time.sleep) -> Decision:  # fmt: skip
+    """`steps` against the controller through sinfo/scontrol: what the HealthCheckProgram does."""
+    gen = steps(node, results, max_drained_percent=max_drained_percent)
+    reply: dict[str, NodeStatus] | None = None
+    while True:
+        try:
+            step = gen.send(reply)
+        except StopIteration as stop:
+            final: Decision = stop.value
+            return final
+        reply = None
+        if step == READ:
+            reply = control.nodes()
+        elif step == SETTLE:
+            sleep(settle_s)
+        elif isinstance(step, Decision):
+            act(node, step, control, log)
+
+
+def act(node: str, decision: Decision, control: Controller, log: Callable[[dict[str, Any]], None]) -> None:
     """Apply the decision through scontrol and log it (every transition and every held drain)."""
     entry: dict[str, Any] = {
         "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -171,7 +268,7 @@ def act(node: str, decision: Decision, control: SlurmControl, log: Callable[[dic
     try:
         if decision.action == "drain":
             control.drain(node, decision.reason)
-        elif decision.action == "resume":
+        elif decision.action in ("resume", "undo"):
             control.resume(node)
     except SlurmError as exc:
         entry["error"] = str(exc)

@@ -16,7 +16,7 @@ import re
 import shlex
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuforge.validate.inventory import Node
 from gpuforge.validate.transport import KILL_AFTER_S, LOCAL_SLACK_S, TIMEOUT_RCS, CommandResult, Outcome, run_bounded, wrap
@@ -176,6 +176,9 @@ class NodeStatus:
     name: str
     state: str  # sinfo %T: idle, allocated, mixed, drained, draining, down, ...
     reason: str  # sinfo %E: "none" when there is none
+    # sinfo %H: when slurmctld set the reason (its clock, whole seconds; node_mgr.c update_node
+    # `reason_time = now`); None when sinfo says Unknown
+    reason_time: int | None = None
 
     @property
     def drained(self) -> bool:
@@ -193,22 +196,29 @@ class SlurmControl:
         self.settings = settings or SlurmClient()
         self.deadline_s = deadline_s
 
-    def _call(self, argv: list[str]) -> str:
-        rc, out, err, _ = _run(argv, self.settings, self.deadline_s)
+    def _call(self, argv: list[str], env: Mapping[str, str] | None = None) -> str:
+        settings = self.settings
+        if env:
+            settings = replace(settings, env={**settings.env, **env})
+        rc, out, err, _ = _run(argv, settings, self.deadline_s)
         if rc != 0:
             why = "timed out" if rc is None else f"exit {rc}"
             raise SlurmError(f"{' '.join(argv[:3])}: {why}: {err.strip()[-300:]}")
         return out
 
     def nodes(self) -> dict[str, NodeStatus]:
-        """Every node once (sinfo prints a node once per partition)."""
-        out = self._call(["sinfo", "--noheader", "--Node", "--format=%N|%T|%E"])
+        """Every node once (sinfo prints a node once per partition). The reason comes last, as it
+        may hold any character; its time as epoch seconds (SLURM_TIME_FORMAT is a strftime format,
+        Slurm 22.05 src/common/parse_time.c slurm_make_time_str)."""
+        out = self._call(["sinfo", "--noheader", "--Node", "--format=%N|%T|%H|%E"], {"SLURM_TIME_FORMAT": "%s"})
         found: dict[str, NodeStatus] = {}
         for line in out.splitlines():
             name, _, rest = line.partition("|")
-            state, _, reason = rest.partition("|")
+            state, _, rest = rest.partition("|")
+            when, _, reason = rest.partition("|")
             if name.strip():
-                found.setdefault(name.strip(), NodeStatus(name.strip(), state.strip(), reason.strip()))
+                stamp = int(when.strip()) if when.strip().isdigit() else None
+                found.setdefault(name.strip(), NodeStatus(name.strip(), state.strip(), reason.strip(), stamp))
         return found
 
     def drain(self, node: str, reason: str) -> None:

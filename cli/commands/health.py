@@ -114,7 +114,7 @@ def command(
     project_dir: Path | None = None,
 ) -> None:
     """Drain this node with the failing check's reason; resume it when the checks pass again."""
-    from gpuforge.validate.health import act, decide, file_logger, health_checks, run_checks
+    from gpuforge.validate.health import decide, file_logger, health_checks, run_checks, run_steps
     from gpuforge.validate.slurm import SlurmControl, SlurmError
 
     name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
@@ -124,17 +124,19 @@ def command(
     results = run_checks(name, selected, expect)
     control = SlurmControl()
     log = file_logger(log_path, lambda line: click.echo(line, err=True))
-    try:
-        status = control.nodes()
-    except SlurmError as exc:
-        log({"node": name, "action": "none", "reason": f"cannot read node states, changed nothing: {exc}"})
-        raise SystemExit(1) from None
-    decision = decide(name, results, status, max_drained_percent=max_drained_percent)
     if dry_run:
-        log({"node": name, "action": f"{decision.action} (dry run)", "reason": decision.reason})
-    else:
         try:
-            act(name, decision, control, log)
-        except SlurmError:
+            status = control.nodes()
+        except SlurmError as exc:
+            log({"node": name, "action": "none", "reason": f"cannot read node states, changed nothing: {exc}"})
             raise SystemExit(1) from None
+        decision = decide(name, results, status, max_drained_percent=max_drained_percent)
+        log({"node": name, "action": f"{decision.action} (dry run)", "reason": decision.reason})
+        raise SystemExit(decision.exit_code)
+    try:
+        # drain, then confirm it against the controller's order (validate/health.py: concurrency)
+        decision = run_steps(name, results, control, log, max_drained_percent=max_drained_percent)
+    except SlurmError as exc:
+        log({"node": name, "action": "none", "reason": f"a Slurm call failed, stopped there: {exc}"})
+        raise SystemExit(1) from None
     raise SystemExit(decision.exit_code)

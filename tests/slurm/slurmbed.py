@@ -257,9 +257,28 @@ class SlurmBed:
         site = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
         inv = self.health_inventory
         script = self.root / "bin" / "health-check"
+        race = self.root / "bin" / "race"
+        race.mkdir(parents=True, exist_ok=True)
+        # The one interleaving a race test needs, made certain (SUBSTITUTIONS.md): while `race/on`
+        # exists, each node's first sinfo asks the real sinfo, then holds its answer (bounded, 20 s)
+        # until every node has its own, so every node has read before any can drain. Otherwise
+        # (and every later call) the real sinfo answers directly.
+        shim = race / "sinfo"
+        shim.write_text(
+            "#!/bin/sh\n"
+            f"race={race}\n"
+            'if [ -e "$race/on" ] && [ ! -e "$race/read-$SLURMD_NODENAME" ]; then\n'
+            '  out=$(/usr/bin/sinfo "$@"); rc=$?\n'
+            '  : >"$race/read-$SLURMD_NODENAME"; i=0\n'
+            f'  while [ "$(ls "$race" | grep -c "^read-")" -lt {self.n} ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n'
+            '  printf "%s\\n" "$out"; exit $rc\n'
+            "fi\n"
+            'exec /usr/bin/sinfo "$@"\n'
+        )
+        shim.chmod(0o755)
         script.write_text(
             "#!/bin/sh\n"
-            "export PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+            f"export PATH={race}:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
             f"export SLURM_CONF={self.env['SLURM_CONF']}\n"
             f"[ -e {self.root}/bin/enabled ] || exit 0\n"
             f"exec /usr/bin/python3 -c 'import site, sys; site.addsitedir(\"{site}\"); from gpuforge.cli import main; "
@@ -280,6 +299,16 @@ class SlurmBed:
             flag.touch()
         else:
             flag.unlink(missing_ok=True)
+
+    def force_race(self, on: bool = True) -> None:
+        """Hold each node's first sinfo of the health check until every node has read (see above)."""
+        race = self.root / "bin" / "race"
+        for f in race.glob("read-*"):
+            f.unlink()
+        if on:
+            (race / "on").touch()
+        else:
+            (race / "on").unlink(missing_ok=True)
 
     def down(self) -> None:
         for pid in reversed(self.pids):

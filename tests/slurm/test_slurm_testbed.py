@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gpuforge.validate.inventory import Node
-from gpuforge.validate.slurm import SlurmClient, SlurmTransport
+from gpuforge.validate.slurm import SlurmClient, SlurmControl, SlurmTransport
 from gpuforge.validate.transport import Outcome
 from tests.slurm.slurmbed import SlurmBed, slurm_missing
 
@@ -180,6 +180,55 @@ def test_health_check_holds_on_missing_evidence_drains_a_failed_node_and_resumes
     actions = [(e["node"], e["action"]) for e in _log(bed) if e["action"] in ("drain", "resume")]
     assert actions[:2] == [("node2", "drain"), ("node2", "resume")], _log(bed)
     assert all(e["node"] == "node2" for e in _log(bed) if e["action"] in ("drain", "resume"))
+
+
+def test_three_nodes_failing_at_once_under_a_bound_of_one_drain_exactly_one(bed: SlurmBed) -> None:
+    """slurmctld asks every node for its health check at once (ping_nodes.c run_health_check).
+    Every node's inventory says p5.48xlarge (8 GPUs) while its nvidia-smi shows one: `gpu.count`
+    fails on all three in the same round. The bound is one node (max(1, floor(3 x 50 %))): exactly
+    one is drained, and stays the only one over the next rounds; the others hold (or undo a drain
+    that came after the first in the controller's order). The bed holds each node's first sinfo
+    until all three have read (SUBSTITUTIONS.md), the interleaving in which every node drained
+    before the drain was confirmed against the controller."""
+    bed.enable_health_check(False)
+    for i in (1, 2, 3):
+        bed.set_scenario(i, HEALTHY)
+    bed.health_inventory.write_text(json.dumps({**bed.tb.inventory(), "nodes": [
+        {"name": h.name, "host": h.ip, "instance_type": "p5.48xlarge"} for h in bed.tb.hosts]}))  # fmt: skip
+    start = len(_log(bed))
+    bed.force_race(True)  # every node reads sinfo before any drains: certain, not left to timing
+    bed.enable_health_check(True)
+    try:
+        deadline = time.monotonic() + 120
+        rounds: dict[str, int] = {}
+        while time.monotonic() < deadline and (len(rounds) < 3 or min(rounds.values()) < 3):
+            time.sleep(1)
+            rounds = {}
+            for e in _log(bed)[start:]:
+                if e["action"] != "drain":  # one entry a round: drain+undo is one round, a kept drain logs "none" after
+                    rounds[e["node"]] = rounds.get(e["node"], 0) + 1
+        assert len(rounds) == 3 and min(rounds.values()) >= 3, (rounds, _log(bed)[start:])
+        bed.enable_health_check(False)
+        time.sleep(3)  # a round that was under way finishes (its drain confirmed or undone)
+        states = bed.states()
+    finally:
+        bed.enable_health_check(False)
+        bed.force_race(False)
+    log = _log(bed)[start:]
+    drained = sorted(n for n, (st, _) in states.items() if st in ("drained", "draining"))
+    assert len(drained) == 1, (states, log)
+    assert states[drained[0]][1].startswith("gpuforge-health: gpu.count: 1 GPUs visible, expected 8"), states
+    others = {e["action"] for e in log if e["node"] not in drained}
+    assert others <= {"drain", "undo", "held"} and others & {"undo", "held"}, log
+    # the race was played: all three drained in the first round, two undid their own drain
+    assert {e["node"] for e in log if e["action"] == "drain"} == {"node1", "node2", "node3"}, log
+    assert sorted(e["node"] for e in log if e["action"] == "undo") == sorted({"node1", "node2", "node3"} - {drained[0]})
+    # the order came from slurmctld's reason times, read as epoch seconds (sinfo %H, SLURM_TIME_FORMAT=%s)
+    kept = SlurmControl(SlurmClient(env=bed.env)).nodes()[drained[0]]
+    assert kept.reason_time is not None and abs(kept.reason_time - time.time()) < 300, kept
+    bed.client("scontrol", "update", f"nodename={drained[0]}", "state=resume")
+    bed.set_scenario(2, MISSING)
+    bed.wait_for("three idle nodes", lambda s: len(s) == 3 and all(v[0] == "idle" for v in s.values()), 30)
 
 
 def test_nccl_pairs_through_one_srun_allocation_reach_the_ssh_verdict(
