@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING
 
 from gpuforge.common.errors import ConfigError
 from gpuforge.core.addressing import (
@@ -25,11 +24,9 @@ from gpuforge.core.addressing import (
 )
 from gpuforge.core.bucketnames import ACCOUNT_REGIONAL_UNSUPPORTED, checkpoint_bucket_name, directory_bucket_name
 from gpuforge.core.catalog import InstanceType
+from gpuforge.core.config_schema import RawStackConfig
 from gpuforge.core.fleet import FleetConfig
 from gpuforge.core.limits import limit
-
-if TYPE_CHECKING:  # core/config.py imports this module; the schema is only a type here
-    from gpuforge.core.config import RawStackConfig
 
 PROJECT = "gpuforge"  # the keys' namespace (core/config.py PROJECT, which runs these rules)
 

@@ -117,7 +117,7 @@ def test_broken_yaml_is_bad_input(project, capsys):
 
 
 def test_pulumi_yaml_declares_every_config_key():
-    from gpuforge.core.config import CONFIG_KEYS
+    from gpuforge.core.config_schema import CONFIG_KEYS
     from tests.components.stackcfg import ROOT
 
     declared = set(yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"])

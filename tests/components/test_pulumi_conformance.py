@@ -25,7 +25,8 @@ import yaml
 from gpuforge import conformance as pc
 from gpuforge.cli import main
 from gpuforge.common.errors import ConfigError
-from gpuforge.core.config import RawStackConfig, parse_stack_config
+from gpuforge.core.config import parse_stack_config
+from gpuforge.core.config_schema import RawStackConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))

@@ -204,7 +204,7 @@ def test_the_job_and_configmap_are_valid_kubernetes_objects() -> None:
     """Against the API's own OpenAPI schemas (kubernetes-validate, strict: unknown fields fail), at
     the Kubernetes version the EKS stacks default to, as `gpuforge preview` checks its manifests."""
     from gpuforge.components.kubernetes.schema import validate_manifests
-    from gpuforge.core.config import RawStackConfig
+    from gpuforge.core.config_schema import RawStackConfig
     from gpuforge.validate.pocjob import manifests
 
     version = RawStackConfig.model_fields["kubernetesVersion"].default
