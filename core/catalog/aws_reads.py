@@ -17,12 +17,10 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuforge.common.errors import InputError
-
-if TYPE_CHECKING:  # refresh.py imports this module; the report is only a type here
-    from gpuforge.core.catalog.refresh import RefreshReport
+from gpuforge.core.catalog.refresh_report import RefreshReport
 
 PRICING_REGION = "us-east-1"  # the Pricing API has endpoints in us-east-1 (and few others), not per region
 MAX_PAGES = 50  # every paginated call is bounded: a misbehaving endpoint cannot loop us forever

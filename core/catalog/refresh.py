@@ -15,7 +15,8 @@ Files are written all or none: every file is rendered, parsed back with the cata
 staged next to its target, and only then swapped in (with a rollback if a swap fails).
 
 This module merges and checks: what the APIs answered into the catalog's rows, bounded against
-the previous snapshot. The AWS calls are in aws_reads.py, the writing in writer.py.
+the previous snapshot. The AWS calls are in aws_reads.py, the writing in writer.py, and the report
+all three add to in refresh_report.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import csv
 import io
 import re
 import tempfile
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from gpuforge.common.errors import EXIT_CHECKS_FAILED, GpuforgeError
 from gpuforge.core.catalog import CATALOG_DIR, load_catalog
 from gpuforge.core.catalog import aws_reads as aws
 from gpuforge.core.catalog.aws_reads import ClientFactory
+from gpuforge.core.catalog.refresh_report import RefreshReport
 from gpuforge.core.catalog.writer import meta_text, regions_text, write_all_or_none
 
 COPIED_FILES = ("gpus.yaml", "regions.yaml", "storage_prices.yaml")
@@ -45,39 +46,6 @@ class RefreshError(GpuforgeError):
     """Nothing could be refreshed, or the result would not load: no file was written."""
 
     exit_code = EXIT_CHECKS_FAILED
-
-
-@dataclass(frozen=True)
-class Item:
-    field: str
-    scope: str
-    status: str  # refreshed | kept | added | removed
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return {"field": self.field, "scope": self.scope, "status": self.status, "detail": self.detail}
-
-
-@dataclass
-class RefreshReport:
-    out_dir: Path
-    regions: list[str]
-    items: list[Item] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)
-
-    def add(self, fld: str, scope: str, status: str, detail: str = "") -> None:
-        self.items.append(Item(fld, scope, status, detail))
-
-    def kept(self) -> list[Item]:
-        return [i for i in self.items if i.status == "kept"]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "out_dir": str(self.out_dir),
-            "regions": self.regions,
-            "written": self.written,
-            "items": [i.to_dict() for i in self.items],
-        }
 
 
 # --- instance facts -----------------------------------------------------------------------------

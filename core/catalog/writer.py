@@ -14,12 +14,11 @@ import shutil
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:  # refresh.py imports this module; the report is only a type here
-    from gpuforge.core.catalog.refresh import RefreshReport
+from gpuforge.core.catalog.refresh_report import RefreshReport
 
 
 def _header_comments(path: Path) -> str:

@@ -70,6 +70,88 @@ def test_layers_point_one_way() -> None:
     assert not wrong, "imports that run against the layer order:\n" + "\n".join(wrong)
 
 
+def _module_name(path: Path) -> str:
+    folder = path.relative_to(ROOT).parts[0]
+    parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+    return ".".join([FOLDERS[folder], *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def _file_graph() -> dict[str, set[str]]:
+    """Module -> the gpuforge modules it imports, TYPE_CHECKING and lazy imports included
+    (`from pkg import mod` counts as an import of pkg.mod when that is a module)."""
+    files = {_module_name(p): p for folder in FOLDERS for p in _python_files(folder)}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            graph[mod] |= {n for n in names if n in files and n != mod}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                scc = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    scc.append(w)
+                    if w == v:
+                        break
+                if len(scc) > 1:
+                    found.append(sorted(scc))
+    return sorted(found)
+
+
+# Circles of files left inside one package; none may be added. (A TYPE_CHECKING import is still
+# an arrow: import-graph drawings show it, and a reader follows it.)
+KNOWN_CIRCLES: list[list[str]] = [
+    ["gpuforge.validate.collective", "gpuforge.validate.network.stage", "gpuforge.validate.runner"],
+]
+
+
+def test_no_new_circle_of_files() -> None:
+    assert _circles(_file_graph()) == KNOWN_CIRCLES
+
+
+def test_the_circle_finder_finds_a_type_checking_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _circles(graph) == [["a", "b", "c"]]
+    assert _module_name(ROOT / "core" / "catalog" / "__init__.py") == "gpuforge.core.catalog"
+    assert _module_name(ROOT / "cli" / "commands" / "validate.py") == "gpuforge.commands.validate"
+
+
 def test_no_file_imports_a_folder_by_its_own_name() -> None:
     """`from validate.x import` would load a second copy of every class whenever the repository
     root is on sys.path (Pulumi runs __main__.py from there)."""
