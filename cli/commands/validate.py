@@ -64,7 +64,7 @@ def _select(tokens: list[str] | None, checks: list[NodeCheck[Any]]) -> tuple[lis
     """--checks: names or prefixes (`gpu`, `network`, `nccl.local`); identity always runs."""
     if not tokens:
         return checks, True
-    names = [c.name for c in checks] + ["network.iperf3", "network.ping", "nccl.pair"]
+    names = [c.name for c in checks] + ["network.iperf3", "network.ping", "nccl.pair", "slurm.accounting"]
     known_prefixes = {n.split(".")[0] for n in names} | set(names)
     for t in tokens:
         if t not in known_prefixes:
@@ -179,7 +179,8 @@ def _save_baseline(path: Path, inv: Inventory, report: Report) -> None:
 @click.option("--ssh-user", default=None, help="SSH user (overrides the inventory's ssh.user).")
 @click.option("--ssh-key", "ssh_key", default=None, help="SSH private key file (overrides ssh.key_file).")
 @click.option("--known-hosts", default=None, help="known_hosts file (overrides ssh.known_hosts).")
-@click.option("--checks", default=None, help="Comma-separated checks or groups (e.g. gpu,network,nccl.local).")
+@click.option("--checks", default=None, help="Comma-separated checks or groups (e.g. gpu,network,nccl.local; "
+                                             "slurm.accounting with --transport slurm).")  # fmt: skip
 @format_option
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write JUnit XML here.")
 @click.option("--html", "html_page", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -314,6 +315,11 @@ def command(
         transport.close()
     if kubeconfig is not None:
         result.report.add(_kubernetes_results(kubeconfig, inv))
+    if transport_kind == "slurm" and (tokens is None or any(t in ("slurm", "slurm.accounting") for t in tokens)):
+        # the cluster's accounting store (slurmdbd): a cluster-level finding, never a node's
+        from gpuforge.validate.accounting import accounting_results
+
+        result.report.add(accounting_results())
     accepted = getattr(transport, "accepted_keys", [])
     if accepted:
         result.report.context["accepted_host_keys"] = accepted

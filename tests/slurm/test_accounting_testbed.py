@@ -167,9 +167,34 @@ def test_a_job_over_its_teams_gpu_quota_pends_with_assoc_grp_gres(bed: AcctBed,
         bed.client("scancel", job, check=False)
 
 
+def _validate_accounting(bed: AcctBed, tmp: Path, capsys: pytest.CaptureFixture[str],
+                         monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[dict[str, Any]], dict[str, str]]:  # fmt: skip
+    """`gpuforge validate --transport slurm --checks slurm.accounting` where Slurm's clients work:
+    its exit, the accounting results and every node's verdict."""
+    from gpuforge.cli import main
+
+    monkeypatch.setenv("SLURM_CONF", bed.env["SLURM_CONF"])
+    inv = tmp / "inventory.json"
+    inv.write_text(json.dumps(bed.tb.inventory()))
+    out = tmp / f"evidence-{time.monotonic_ns()}"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ex:
+        main(["validate", "--inventory", str(inv), "--transport", "slurm", "--checks", "slurm.accounting",
+              "--format", "json", "--out", str(out)])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    states = {n: v["state"] for n, v in doc["context"]["nodes"].items()}
+    return int(ex.value.code or 0), [r for r in doc["results"] if r["check"] == "slurm.accounting"], states
+
+
 def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
-    bed: AcctBed, capsys: pytest.CaptureFixture[str]
+    bed: AcctBed, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """And validate says so meanwhile: the accounting store unreachable, a cluster-level finding
+    with the records slurmctld holds for it, every node still ok and none drained; it clears
+    once slurmdbd is back and slurmctld has sent what it held."""
+    rc, [acct], states = _validate_accounting(bed, tmp_path, capsys, monkeypatch)
+    assert rc == 0 and acct["level"] == "pass" and acct["targets"] == ["cluster gfbed"], acct
+    assert set(states.values()) == {"ok"}
     bed.stop_slurmdbd()
     try:
         rc, out, err = _cost(bed, capsys)
@@ -177,8 +202,23 @@ def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
         _capture(bed, "04-slurmdbd-down")
         job = _sbatch(bed, ANA, "-p", "shared", "--gres=gpu:a100:1", "-c", "1", "--mem=50M", "--wrap", "sleep 2")
         assert bed.client("scontrol", "show", "job", job).stdout.count("JobState=COMPLETED") == 1
+        rc, [acct], states = _validate_accounting(bed, tmp_path, capsys, monkeypatch)
+        assert rc == 1 and acct["level"] == "error" and acct["targets"] == ["cluster gfbed"], acct
+        msg = acct["message"]
+        assert msg.startswith("accounting store unreachable: slurmdbd at ") and "Connection refused" in msg, msg
+        assert acct["observed"] >= 1, acct  # the job's records, held by slurmctld (sdiag DBD Agent queue size)
+        assert set(states.values()) == {"ok"}  # not a node failure
+        assert all(st == "idle" for st, _ in bed.states().values())  # and nothing drained
+        held = acct["observed"]
     finally:
         bed.start_slurmdbd()
+    from gpuforge.validate.accounting import accounting_results
+    from gpuforge.validate.slurm import SlurmClient
+
+    bed.wait_until("the accounting finding to clear", lambda: [r.level.value for r in accounting_results(
+        SlurmClient(env=bed.env))] == ["pass"], 90)  # fmt: skip
+    rc, [acct], _ = _validate_accounting(bed, tmp_path, capsys, monkeypatch)
+    assert rc == 0 and acct["level"] == "pass" and held >= 1, acct
     # slurmctld sends what it buffered once slurmdbd is back; `sacct -j` may show the job a few
     # seconds before a time-window query does (seen on this bed), so wait on the query cost --jobs makes.
     bed.wait_until(f"job {job} in sacct's time window after slurmdbd is back",
