@@ -41,7 +41,8 @@ from gpuforge.validate.inventory import Inventory, Node
 from gpuforge.validate.network.iperf import IperfSettings
 from gpuforge.validate.network.ping import PingSettings
 from gpuforge.validate.registry import node_checks
-from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.runner import Runner
+from gpuforge.validate.stagehost import RunOptions
 from gpuforge.validate.system import system_checks
 from gpuforge.validate.transport import CommandResult, Job, Outcome
 

@@ -20,8 +20,9 @@ from gpuforge.validate.checks import Expectations
 from gpuforge.validate.inventory import Inventory
 from gpuforge.validate.network.iperf import IperfSettings
 from gpuforge.validate.network.ping import PingSettings
-from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.runner import Runner
 from gpuforge.validate.ssh import SshTransport
+from gpuforge.validate.stagehost import RunOptions
 from gpuforge.validate.transport import Job, Timeouts, run_many
 from tests.validate.testbed import Testbed, missing_requirements
 

@@ -10,29 +10,16 @@ from __future__ import annotations
 
 import shlex
 import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate import localise
 from gpuforge.validate.checks import Expectations, ParseError
 from gpuforge.validate.network import iperf, schedule
+from gpuforge.validate.stagehost import PairPlan, StageHost
 from gpuforge.validate.transport import CommandResult, Job, Outcome
 
-if TYPE_CHECKING:
-    from gpuforge.validate.runner import Runner
-
 NAME = "nccl.pair"
-
-
-@dataclass(frozen=True)
-class PairPlan:
-    """One large message size: the busbw there is the figure; a sweep would cost minutes per pair."""
-
-    min_bytes: str = "1G"
-    max_bytes: str = "1G"
-    iters: int = 20
-    timeout_s: int = 120
 
 
 def command(hosts: tuple[str, str], expect: Expectations, plan: PairPlan) -> tuple[str, float]:
@@ -92,7 +79,7 @@ def judge(a: str, b: str, stdout: str, expect: Expectations) -> tuple[list[Check
 class PairStage:
     """Runs the pairs on the ring schedule through the runner (`self.r`) and localises them."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: StageHost) -> None:
         self.r = runner
 
     def _round(self, no: int, jobs: list[Job]) -> list[CommandResult]:

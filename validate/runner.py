@@ -20,16 +20,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from gpuforge.common.results import CheckResult, Level, Report, atomic_write
 from gpuforge.validate import collective, lag, localise
 from gpuforge.validate.batch import run_batch
 from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Inventory, Node
-from gpuforge.validate.network import iperf, ping
 from gpuforge.validate.network.stage import NetworkStage
+from gpuforge.validate.stagehost import NodeState, Progress, RunOptions
 from gpuforge.validate.transport import CommandResult, Job, Outcome, Transport, fan_out, run_many
 
 GATE_TIER = 0
@@ -49,40 +48,12 @@ _REACHED = {
 }
 
 
-class Progress(Protocol):
-    def stage(self, name: str, total: int) -> None: ...
-
-    def advance(self, note: str = "") -> None: ...
-
-
 class _Quiet:
     def stage(self, name: str, total: int) -> None:
         return None
 
     def advance(self, note: str = "") -> None:
         return None
-
-
-@dataclass
-class RunOptions:
-    network: bool = True
-    schedule: str = "ring"  # ring: constant rounds + confirmation | full: every pair (tournament)
-    iperf: iperf.IperfSettings = field(default_factory=iperf.IperfSettings)
-    ping: ping.PingSettings = field(default_factory=ping.PingSettings)
-    max_workers: int = 32
-    # A round's pairs are disjoint and each of its jobs mostly waits on the network, so a round
-    # runs all its pairs at once (one thread each) up to this bound, whatever max_workers says.
-    max_pairs_at_once: int = 1024
-    retests: int = 1  # a low pair is measured again up to this many times; its best run counts
-    evidence_dir: Path | None = None
-    nccl_pairs: bool = False  # pairwise multi-node all_reduce_perf (needs validate.nccl and MPI on the nodes)
-    nccl_plan: collective.PairPlan = field(default_factory=collective.PairPlan)
-
-
-@dataclass
-class NodeState:
-    state: str  # ok | failed_gates | unreachable | auth_failed | timeout | host_key_rejected
-    detail: str = ""
 
 
 @dataclass

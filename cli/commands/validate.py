@@ -25,7 +25,8 @@ from gpuforge.common.table import format_option
 from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Inventory, Node, load_inventory
 from gpuforge.validate.network.iperf import IperfSettings
-from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.runner import Runner
+from gpuforge.validate.stagehost import RunOptions
 from gpuforge.validate.system import system_checks
 from gpuforge.validate.transport import LocalTransport, Timeouts, Transport
 

@@ -19,8 +19,9 @@ from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate import ssh as ssh_module
 from gpuforge.validate.checks import Expectations, NodeCheck
 from gpuforge.validate.inventory import Inventory
-from gpuforge.validate.runner import Runner, RunOptions, RunResult
+from gpuforge.validate.runner import Runner, RunResult
 from gpuforge.validate.ssh import SshTransport
+from gpuforge.validate.stagehost import RunOptions
 from gpuforge.validate.system import IdentityCheck, system_checks
 from gpuforge.validate.transport import Job, Timeouts
 from tests.validate.loopbed import LoopBed, missing_requirements

@@ -14,6 +14,7 @@ from gpuforge.validate import collective
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.gpu.efa import EFA_FI_INFO, EfaProviderCheck
 from gpuforge.validate.nccl import EFA_MPIRUN
+from gpuforge.validate.stagehost import PairPlan
 
 FI_INFO = "#!/bin/sh\nprintf 'provider: efa\\n    fabric: efa\\n    domain: rdmap16s27-rdm\\n    type: FI_EP_RDM\\n'\n"
 
@@ -37,8 +38,8 @@ def test_efa_check_finds_fi_info_where_the_installer_puts_it(tmp_path: Path) -> 
 
 
 def test_efa_pairs_call_the_efa_installers_mpirun_by_absolute_path() -> None:
-    efa = collective.command(("10.0.0.1", "10.0.0.2"), Expectations(gpus_per_node=8, efa_interfaces=4), collective.PairPlan())
+    efa = collective.command(("10.0.0.1", "10.0.0.2"), Expectations(gpus_per_node=8, efa_interfaces=4), PairPlan())
     argv = shlex.split(efa[0].split("{ ", 1)[1])
     assert argv[2] == EFA_MPIRUN and EFA_MPIRUN.startswith("/")
-    plain = collective.command(("10.0.0.1", "10.0.0.2"), Expectations(gpus_per_node=8), collective.PairPlan())
+    plain = collective.command(("10.0.0.1", "10.0.0.2"), Expectations(gpus_per_node=8), PairPlan())
     assert shlex.split(plain[0].split("{ ", 1)[1])[2] == "mpirun"

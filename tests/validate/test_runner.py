@@ -16,7 +16,8 @@ import pytest
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate.checks import Expectations, NodeCheck, ParseError
 from gpuforge.validate.inventory import Inventory, Node
-from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.runner import Runner
+from gpuforge.validate.stagehost import RunOptions
 from gpuforge.validate.transport import CommandResult, Outcome
 
 F1 = (Path(__file__).with_name("fixtures") / "nccl_f1_p4de_2node_srun.txt").read_text()

@@ -20,8 +20,9 @@ from gpuforge.common.results import Level
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.inventory import Inventory, Node, SshConfig
 from gpuforge.validate.registry import node_checks
-from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.runner import Runner
 from gpuforge.validate.ssh import SshTransport
+from gpuforge.validate.stagehost import RunOptions
 from gpuforge.validate.transport import Job, LocalTransport, Outcome, Timeouts, run_many
 from tests.validate.testbed import Testbed, missing_requirements
 

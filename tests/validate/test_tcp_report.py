@@ -19,7 +19,8 @@ from gpuforge.common.results import Level
 from gpuforge.validate import thresholds
 from gpuforge.validate.checks import Expectations
 from gpuforge.validate.inventory import Inventory, Node
-from gpuforge.validate.runner import Runner, RunOptions
+from gpuforge.validate.runner import Runner
+from gpuforge.validate.stagehost import RunOptions
 from gpuforge.validate.transport import CommandResult, Outcome
 
 FIX = Path(__file__).with_name("netfix")

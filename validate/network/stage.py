@@ -12,24 +12,20 @@ that is low on every run is low). Every pair is judged once, at the end, against
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gpuforge.common.results import CheckResult, Level
 from gpuforge.validate import localise
 from gpuforge.validate.checks import ParseError
 from gpuforge.validate.inventory import Node
 from gpuforge.validate.network import iperf, model, ping, schedule, tcp_test
+from gpuforge.validate.stagehost import StageHost
 from gpuforge.validate.transport import Job, Outcome
-
-if TYPE_CHECKING:
-    from gpuforge.validate.runner import Runner
 
 Pair = tuple[str, str]
 VERSION_CMD = "LC_ALL=C iperf3 --version 2>&1 | head -n 1"
 
 
 class NetworkStage:
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: StageHost) -> None:
         self.r = runner
         self.versions: dict[str, tuple[int, int] | None] = {}
         self.runs: dict[Pair, list[tcp_test.PairRun]] = {}
