@@ -178,6 +178,8 @@ def render_accounting(layout: SlurmLayout) -> dict[str, str]:
     env = _env()
     ctx = {"l": layout, "p": layout.paths, "a": a}
     files = {ACCOUNTING_SCRIPT: env.get_template("gpuforge-slurm-accounting.j2").render(ctx)}
+    for unit in (HEALTH_SERVICE, HEALTH_TIMER):  # the head's accounting health, every 5 min
+        files[unit] = env.get_template(unit.rsplit("/", 1)[1] + ".j2").render(ctx, script=ACCOUNTING_SCRIPT)
     if a.embedded:
         files[MARIADB_DROPIN] = env.get_template("90-gpuforge.cnf.j2").render(ctx)
     if a.embedded and a.datadir_volume:
@@ -195,6 +197,8 @@ def render_users(layout: SlurmLayout) -> dict[str, str]:
 
 ACCOUNTING_SCRIPT = "opt/gpuforge/bin/gpuforge-slurm-accounting"
 USERS_SCRIPT = "opt/gpuforge/bin/gpuforge-slurm-users"
+HEALTH_SERVICE = "etc/systemd/system/gpuforge-accounting-health.service"
+HEALTH_TIMER = "etc/systemd/system/gpuforge-accounting-health.timer"
 MARIADB_DROPIN = "etc/mysql/mariadb.conf.d/90-gpuforge.cnf"
 # mariadb.service, not its alias mysql.service: systemd reads drop-ins under the unit's own name.
 MARIADB_UNIT_DROPIN = "etc/systemd/system/mariadb.service.d/gpuforge-datadir.conf"

@@ -149,3 +149,36 @@ def test_accounting_scripts_and_phases_pass_shellcheck(tmp_path: Path) -> None:
         out = subprocess.run(["shellcheck", "-x", "-P", str(tmp_path / "opt/gpuforge/phases"), str(tmp_path / rel)],
                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
         assert out.returncode == 0, f"{rel}: {out.stdout}"
+
+
+def test_the_head_checks_its_accounting_store_every_five_minutes(tmp_path: Path) -> None:
+    """The head's accounting health (issue 24): a timer runs `gpuforge-slurm-accounting status`,
+    whose failure (slurmdbd not answering) shows as a failed unit; slurm-accounts starts it. The
+    status itself runs on real daemons in test_accounting_testbed.py."""
+    files = _head()
+    service = files["etc/systemd/system/gpuforge-accounting-health.service"]
+    timer = files["etc/systemd/system/gpuforge-accounting-health.timer"]
+    assert "Type=oneshot\nExecStart=/opt/gpuforge/bin/gpuforge-slurm-accounting status\n" in service
+    assert "OnUnitActiveSec=5min\n" in timer and "WantedBy=timers.target\n" in timer
+    phase = files["opt/gpuforge/phases/slurm-accounts.sh"]
+    assert phase.index("gpuforge-slurm-accounting\" register") < phase.index("gpuforge-slurm-accounting\" status") < \
+        phase.index("systemctl enable --now gpuforge-accounting-health.timer")  # fmt: skip
+    script = files["opt/gpuforge/bin/gpuforge-slurm-accounting"]
+    assert "  status) status ;;" in script and "echo \"accounting store unreachable: slurmdbd cv-training-head:6819" in script
+    # GPU nodes carry none of it
+    node = render_user_data(slurm_stack("cv-training", os="ubuntu-24.04"), "cv-training-node01").files
+    assert not [f for f in node if "accounting-health" in f]
+    if shutil.which("systemd-analyze") is None:
+        return
+    # systemd itself reads both units (the script in place, as the head carries it)
+    for rel in ("etc/systemd/system/gpuforge-accounting-health.service", "etc/systemd/system/gpuforge-accounting-health.timer",
+                "opt/gpuforge/bin/gpuforge-slurm-accounting"):  # fmt: skip
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(files[rel])
+    (tmp_path / "opt/gpuforge/bin/gpuforge-slurm-accounting").chmod(0o755)
+    (tmp_path / "usr/lib/systemd").mkdir(parents=True)  # systemd's own targets (timers.target, sysinit.target)
+    (tmp_path / "usr/lib/systemd/system").symlink_to(Path("/usr/lib/systemd/system"))
+    units = ["gpuforge-accounting-health.timer", "gpuforge-accounting-health.service"]
+    out = subprocess.run(["systemd-analyze", "verify", f"--root={tmp_path}", *units],
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 0 and "gpuforge-accounting-health" not in out.stderr, out.stderr

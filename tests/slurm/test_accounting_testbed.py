@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ import pytest
 
 from gpuforge.core.jobcost import NodePricing, sacct_args
 from tests.slurm.acctbed import USERS, AcctBed, acct_missing
+from tests.slurm.slurmbed import CONTROLLER
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 ANA, BO = USERS[0].name, USERS[1].name
@@ -186,6 +189,15 @@ def _validate_accounting(bed: AcctBed, tmp: Path, capsys: pytest.CaptureFixture[
     return int(ex.value.code or 0), [r for r in doc["results"] if r["check"] == "slurm.accounting"], states
 
 
+def _head_status(bed: AcctBed) -> tuple[int, str]:
+    """The head's accounting health, as its timer runs it: the rendered `gpuforge-slurm-accounting status`."""
+    from gpuforge.bootstrap.slurm import ACCOUNTING_SCRIPT
+
+    res = subprocess.run([str(bed.script(ACCOUNTING_SCRIPT)), "status"], capture_output=True, text=True, timeout=90,
+                         check=False, env={**os.environ, **bed.env})  # fmt: skip
+    return res.returncode, res.stdout.strip()
+
+
 def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
     bed: AcctBed, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,6 +207,9 @@ def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
     rc, [acct], states = _validate_accounting(bed, tmp_path, capsys, monkeypatch)
     assert rc == 0 and acct["level"] == "pass" and acct["targets"] == ["cluster gfbed"], acct
     assert set(states.values()) == {"ok"}
+    rc, line = _head_status(bed)
+    assert rc == 0 and line.startswith(f"accounting: slurmdbd {CONTROLLER}:{bed.dbd_port} answers and records cluster gfbed; "
+                                       "slurmctld holds 0 record(s)"), line  # fmt: skip
     bed.stop_slurmdbd()
     try:
         rc, out, err = _cost(bed, capsys)
@@ -210,6 +225,11 @@ def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
         assert set(states.values()) == {"ok"}  # not a node failure
         assert all(st == "idle" for st, _ in bed.states().values())  # and nothing drained
         held = acct["observed"]
+        rc, line = _head_status(bed)  # the head's health says the same
+        assert rc == 1 and line.startswith(f"accounting store unreachable: slurmdbd {CONTROLLER}:{bed.dbd_port} does not "
+                                           "answer (sacctmgr: error: "), line  # fmt: skip
+        m = re.search(r"; slurmctld holds (\d+) record\(s\) for it; jobs still run$", line)
+        assert m and int(m.group(1)) >= held, line
     finally:
         bed.start_slurmdbd()
     from gpuforge.validate.accounting import accounting_results
@@ -219,6 +239,7 @@ def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
         SlurmClient(env=bed.env))] == ["pass"], 90)  # fmt: skip
     rc, [acct], _ = _validate_accounting(bed, tmp_path, capsys, monkeypatch)
     assert rc == 0 and acct["level"] == "pass" and held >= 1, acct
+    assert _head_status(bed)[0] == 0
     # slurmctld sends what it buffered once slurmdbd is back; `sacct -j` may show the job a few
     # seconds before a time-window query does (seen on this bed), so wait on the query cost --jobs makes.
     bed.wait_until(f"job {job} in sacct's time window after slurmdbd is back",
