@@ -77,8 +77,21 @@ def _cost(bed: AcctBed, capsys: pytest.CaptureFixture[str], fmt: str = "json") -
 
 def _sbatch(bed: AcctBed, user: str, *args: str, wait: bool = True) -> str:
     res = bed.as_user(user, "sbatch", "--parsable", *(["--wait"] if wait else []), f"--output={bed.root}/out/%j.out",
-                      *args, timeout=90)  # fmt: skip
+                      *args, timeout=90, check=False)  # fmt: skip
+    # on failure, what sbatch said and what slurmctld logged (a refused submission is in both)
+    assert res.returncode == 0, f"sbatch as {user} {args}: rc {res.returncode}: {res.stderr}{bed.log_tail()}"
     return res.stdout.strip().split(";")[0]
+
+
+def _finished_in_window(bed: AcctBed, job: str) -> bool:
+    """The time-window query `cost --jobs` makes lists `job` as COMPLETED with its End time. After a
+    slurmdbd outage the record shows COMPLETED with End=Unknown for a while (seen on this bed: sacct
+    then counts ElapsedRaw up to now, so two reads a second apart differ) until slurmctld's buffered
+    completion arrives; before that the record is not final."""
+    fields = sacct_args(SINCE)[-1].removeprefix("--format=").split(",")
+    state, end = fields.index("State"), fields.index("End")
+    rows = [ln.split("|") for ln in bed.client(*sacct_args(SINCE), check=False).stdout.splitlines()]
+    return any(r[0] == job and r[state] == "COMPLETED" and r[end] not in ("Unknown", "") for r in rows)
 
 
 def _sacct_job(bed: AcctBed, job: str) -> str:
@@ -114,8 +127,8 @@ def test_jobs_of_two_teams_are_accounted_and_priced(bed: AcctBed, capsys: pytest
     part = _sbatch(bed, ANA, "-p", "shared", "--gres=gpu:a100:2", "-c", "2", "--mem=100M", "--wrap", "sleep 3")
     # bo (search): the exclusive partition: every CPU of one node, so a whole node
     whole = _sbatch(bed, BO, "-p", "train", "-N1", "--gres=gpu:a100:8", "--wrap", "sleep 2")
-    bed.wait_until("both jobs in sacct as COMPLETED",
-                   lambda: all("COMPLETED" in _sacct_job(bed, j) for j in (part, whole)), 60)  # fmt: skip
+    bed.wait_until("both jobs in sacct as COMPLETED, with their end",
+                   lambda: all(_finished_in_window(bed, j) for j in (part, whole)), 60)  # fmt: skip
     assert "gres/gpu=2" in _sacct_job(bed, part) and "gres/gpu:a100=2" in _sacct_job(bed, part)
     assert "gres/gpu=8" in _sacct_job(bed, whole)
     raw = _capture(bed, "02-two-teams")
@@ -242,9 +255,8 @@ def test_jobs_run_while_slurmdbd_is_down_and_are_accounted_when_it_is_back(
     assert _head_status(bed)[0] == 0
     # slurmctld sends what it buffered once slurmdbd is back; `sacct -j` may show the job a few
     # seconds before a time-window query does (seen on this bed), so wait on the query cost --jobs makes.
-    bed.wait_until(f"job {job} in sacct's time window after slurmdbd is back",
-                   lambda: any(ln.startswith(f"{job}|") and "|COMPLETED|" in ln
-                               for ln in bed.client(*sacct_args(SINCE), check=False).stdout.splitlines()), 90)  # fmt: skip
+    bed.wait_until(f"job {job} in sacct's time window after slurmdbd is back, with its end",
+                   lambda: _finished_in_window(bed, job), 90)
     _capture(bed, "05-after-outage")
     rc, out, _ = _cost(bed, capsys)
     assert rc == 0
