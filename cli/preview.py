@@ -39,7 +39,7 @@ class PreviewResult:
             "note": DISCLAIMER,
             "resources": [
                 {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "inputs": _redact(r.inputs)}
-                | ({"options": opts} if (opts := _options(r)) else {})
+                | ({"options": opts} if (opts := resource_options(r)) else {})
                 for r in sorted(self.run.resources, key=lambda r: r.urn)
             ],
             "outputs": _redact(self.run.outputs),
@@ -157,7 +157,7 @@ def _redact(value: Any) -> Any:
     return value
 
 
-def _options(r: Any) -> dict[str, bool | str]:
+def resource_options(r: Any) -> dict[str, bool | str]:
     """The resource options that change what a create, a delete or a replacement does (only those set)."""
     opts = {"retainOnDelete": getattr(r, "retain_on_delete", False),
             "deleteBeforeReplace": getattr(r, "delete_before_replace", False),

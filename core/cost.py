@@ -84,14 +84,36 @@ def estimate(cfg: StackConfig, catalog: Catalog | None = None) -> CostEstimate:
     ]
     if sc.fixed:
         platform = load_platform_prices()
-        notes += [
-            f"EKS control plane: {platform.eks_source}; {platform.eks_extended_usd_per_cluster_hour:.2f} $/h "
-            "once the cluster's Kubernetes version is in extended support",
-            f"system nodes: {platform.instance_source}; always on-demand, so the same under spot",
-        ]
+        if cfg.kubernetes is not None and cfg.kubernetes.mode == "eks":
+            notes += [
+                f"EKS control plane: {platform.eks_source}; {platform.eks_extended_usd_per_cluster_hour:.2f} $/h "
+                "once the cluster's Kubernetes version is in extended support",
+                f"system nodes: {platform.instance_source}; always on-demand, so the same under spot",
+            ]
+        if cfg.slurm is not None:
+            notes.append(_slurm_head_note(cfg, platform.instance_source))
         notes += [f"no price for {f.item} in {cfg.region}: the total is unknown" for f in sc.fixed if f.usd_per_hour is None]
     if sc.max_nodes:
         notes.append(f"autoscaled: costed at the group minimum ({n} nodes); up to {sc.max_nodes} nodes under load")
     if od is None:
         notes.append(f"{cfg.instance.name} has no on-demand price in {cfg.region} (sold via capacity blocks?)")
     return CostEstimate(tuple(lines), tuple(notes), sc.hourly("on_demand"), sc.hourly("spot"))
+
+
+def _slurm_head_note(cfg: StackConfig, source: str) -> str:
+    """Why the Slurm head is the size it is: the accounting database's place decides it."""
+    slurm = cfg.slurm
+    assert slurm is not None
+    head = f"Slurm head: {slurm.head_instance_type}, on demand whatever the GPU nodes are bought as ({source})"
+    acct = slurm.accounting
+    profile_slurm = cfg.profile.scheduler.slurm if cfg.profile.scheduler else None
+    profile_type = profile_slurm.head_instance_type if profile_slurm else "?"
+    if acct is None:
+        return head
+    if acct.embedded and acct.volume is not None:
+        return (f"{head}; accounting runs MariaDB on the head, hence {slurm.head_instance_type} and not {profile_type}, "
+                f"with its data on a {acct.volume.size_gib} GiB {acct.volume.type} volume of its own, kept when the head "
+                "or the stack is deleted and billed until removed; with gpuforge:accountingDbEndpoint the head is "
+                f"{profile_type} and has no database volume")  # fmt: skip
+    return (f"{head}; accounting stores into the database at {acct.host}:{acct.port}, billed where it runs and not "
+            f"counted here; without gpuforge:accountingDbEndpoint the head would run MariaDB itself")  # fmt: skip

@@ -157,7 +157,10 @@ def _slurm_items(cfg: StackConfig, prices: PlatformPrices) -> tuple[FixedItem, .
     head = prices.instance(cfg.slurm.head_instance_type, cfg.region)
     per_gb = load_catalog().storage.usd_per_gb_month
     acct = cfg.slurm.accounting
-    why = " (slurmctld, slurmdbd, MariaDB)" if acct is not None and acct.embedded else ""
+    why = ""
+    if acct is not None:  # what runs on the head, and where the accounting database is billed
+        elsewhere = f" (slurmctld, slurmdbd; database at {acct.host}, billed there)"
+        why = " (slurmctld, slurmdbd, MariaDB)" if acct.embedded else elsewhere
     root = cfg.slurm.head_root_gib
     items = [
         FixedItem(f"Slurm head {cfg.slurm.head_instance_type}{why}", 1, "nodes", head),

@@ -13,7 +13,7 @@ from gpuforge.commands.options import complete_stacks, project_dir_option
 from gpuforge.common.errors import EXIT_CHECKS_FAILED
 from gpuforge.common.table import Column, Rows, emit, format_option, print_table, terminal_width
 from gpuforge.common.table import console as rich_console
-from gpuforge.preview import DISCLAIMER, PreviewResult, run_preview, tree_rows
+from gpuforge.preview import DISCLAIMER, PreviewResult, resource_options, run_preview, tree_rows
 from gpuforge.stackfile import stack_name
 
 
@@ -186,6 +186,9 @@ def _print_plain(result: PreviewResult) -> None:
     click.echo("# type\tname\tparent")
     for r in sorted(result.run.resources, key=lambda r: r.urn):
         click.echo(f"{r.type}\t{r.name}\t{names.get(r.parent or '', '-')}")
+    for r in sorted(result.run.resources, key=lambda r: r.urn):
+        if opts := resource_options(r):  # what a delete, a replacement or the first create does differently
+            click.echo(f"# options {r.name}: " + " ".join(k if v is True else f"{k}={v}" for k, v in opts.items()))
     click.echo(f"# {_counts(result)}")
     out, inventory = _outputs_rows(result)
     emit(out, "plain")

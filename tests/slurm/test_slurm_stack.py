@@ -118,7 +118,8 @@ def test_cost_counts_the_head_node(record) -> None:
     ext = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", accountingDbEndpoint="db.example.internal",
                  accountingDbPasswordParameter="/site/db").cost.to_dict()  # fmt: skip
     items = {line["item"] for line in ext["lines"]}
-    assert {"Slurm head m6i.large", "storage Slurm head root gp3"} <= items
+    assert {"Slurm head m6i.large (slurmctld, slurmdbd; database at db.example.internal, billed there)",
+            "storage Slurm head root gp3"} <= items  # fmt: skip
     assert not [i for i in items if "accounting database" in i]
     assert abs(ext["hourly"]["on_demand"] - plain["hourly"]["on_demand"] - (0.096 + 50 * 0.08 / 730)) < 2e-4
 
