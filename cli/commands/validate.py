@@ -271,6 +271,12 @@ def command(
         inputfile.check_path(kubeconfig, inputfile.KUBECONFIG, "--kubeconfig")
     tokens = [t.strip() for t in checks.split(",") if t.strip()] if checks else None
     selected, network = _select(tokens, system_checks(network=True) + _registry_checks())
+    if transport_kind != "slurm" and tokens and any(t in ("slurm", "slurm.accounting") for t in tokens):
+        # asked for by name, it must run or say why: it asks the controller (sacctmgr, sdiag), not a node
+        raise InputError(
+            "--checks slurm.accounting: runs only with --transport slurm (it asks the cluster's controller, not a node)",
+            "add --transport slurm and run where srun works (the head node), or drop it from --checks",
+        )
     network = network and transport_kind == "ssh" and len(inv.nodes) >= 2
     if not network:  # without pair tests a missing iperf3 is no fault of the node
         selected = [c for c in selected if c.name != "system.network_tools"]

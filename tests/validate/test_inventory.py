@@ -91,3 +91,20 @@ def test_cli_missing_key_file_and_known_hosts(tmp_path: Path, capsys: pytest.Cap
     with pytest.raises(SystemExit) as ex:
         main(["validate", "--inventory", str(inv), "--checks", "nosuch"])
     assert ex.value.code == 2 and "--checks: unknown check 'nosuch'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("transport", ["ssh", "local"])
+def test_the_accounting_check_named_without_slurm_is_refused_not_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], transport: str
+) -> None:
+    """`--checks slurm.accounting` asks the controller: over ssh or local it would run nothing and say nothing."""
+    from gpuforge.cli import main
+
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"nodes": [{"name": "a", "host": "localhost"}]}))
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as ex:
+        main(["validate", "--inventory", str(inv), "--transport", transport, "--checks", "slurm.accounting", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and err.startswith("error: --checks slurm.accounting: runs only with --transport slurm")
+    assert len(err.strip().splitlines()) <= 2 and "Traceback" not in err and not out.exists()
