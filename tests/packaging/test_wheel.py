@@ -192,6 +192,16 @@ def test_base_install_validates_this_machine_over_the_local_transport(base_venv:
     assert {"node.reachable", "system.identity"} <= ran and any(c.startswith("gpu.") for c in ran)
 
 
+def test_base_install_prints_the_validate_report_as_a_plain_table(base_venv: Path, tmp_path: Path) -> None:
+    inv = tmp_path / "inventory.json"
+    inv.write_text(json.dumps({"nodes": [{"name": "here", "host": "localhost"}]}))
+    r = run(base_venv / "bin" / "python", "validate", "--inventory", str(inv), "--transport", "local",
+            "--format", "table", "--out", str(tmp_path / "ev"))  # fmt: skip
+    assert r.code in (0, 1) and "Traceback" not in r.err and r.heavy == [], r.err
+    assert "system.identity" in r.out and not set("┏┃━│┡") & set(r.out), r.out
+    assert "validate " in r.err  # the plain progress lines on stderr
+
+
 def test_every_check_the_registry_names_loads_in_the_base_install(base_venv: Path) -> None:
     code = ("import json; from gpuforge.validate.registry import node_checks; "
             "from gpuforge.validate.thresholds import thresholds_data; thresholds_data(); "
