@@ -65,3 +65,17 @@ def test_the_shipped_probes_runs_pass_the_h200_fraction_and_warned_under_the_gen
     expect = build_expectations("cv-training", "p5en.48xlarge", ONE_H200)
     assert expect.extra["compute_min_fraction"] == 0.65
     assert all(0.65 * 989 < v < 0.8 * 989 for v in fp16), fp16
+
+
+def test_a_lent_h200_with_a_lifetime_sram_error_is_named_with_the_count_it_was() -> None:
+    """The third lent machine (same day) had one aggregate SRAM uncorrectable parity error (SM), none
+    since the driver loaded, and NVIDIA's `SRAM Threshold Exceeded: No`. Azure NHC2019 fails either
+    count, and so does gpu.ecc; the message says it is a lifetime count and what NVIDIA's flag says."""
+    expect = build_expectations(None, "p5en.48xlarge", ONE_H200)
+    [h] = GpuHealthCheck().parse(fixture("smi_q_h200_580_lent_sram_ue.txt"))
+    assert (h.sram_uncorrectable, h.sram_uncorrectable_volatile, h.sram_threshold_exceeded) == (1, 0, False)
+    by = {r.check: r for r in GpuHealthCheck().run_on_output("lent-h200", fixture("smi_q_h200_580_lent_sram_ue.txt"), expect)}
+    ecc = by["gpu.ecc"]
+    assert ecc.level is Level.ERROR
+    assert ecc.message == "00000000:00:06.0: SRAM uncorrectable 1 (lifetime count; NVIDIA's SRAM Threshold Exceeded: No)"
+    assert by["gpu.remap"].level is Level.PASS

@@ -25,7 +25,7 @@ _ECC_MODE = ("ECC Mode", "Ecc Mode")
 class GpuHealth:
     bus_id: str
     ecc_mode: str | None
-    sram_uncorrectable: int | None
+    sram_uncorrectable: int | None  # the larger of the volatile and aggregate (lifetime) counts
     sram_correctable: int | None
     dram_max: int | None  # the largest DRAM count, corrected or not, volatile or aggregate
     double_bit: int | None  # pre-Ampere drivers: volatile+aggregate double-bit totals
@@ -40,17 +40,25 @@ class GpuHealth:
     ecc_mode_na: bool = False  # "ECC Mode / Current : N/A": the GPU has no ECC (GeForce)
     memory_na: bool = False  # row remapping printed as a bare "N/A": not available on this GPU
     throttle_na: bool = False  # "Clocks Throttle Reasons : N/A" as one line: no such counters (Kepler)
+    # Which count it was: since the driver loaded (Volatile), and Hopper's own RMA flag
+    # ("Aggregate / SRAM Threshold Exceeded", driver 580: fixtures/smi_q_h200_580_lent_sram_ue.txt)
+    sram_uncorrectable_volatile: int | None = None
+    sram_threshold_exceeded: bool | None = None
 
 
-def _counts(block: SmiBlock, keys: tuple[str, ...]) -> list[int]:
-    values = [as_int(block.get("ECC Errors", scope, key)) for scope in ("Volatile", "Aggregate") for key in keys]
+_SRAM_UNC = ("SRAM Uncorrectable", "SRAM Uncorrectable Parity", "SRAM Uncorrectable SEC-DED")
+
+
+def _counts(block: SmiBlock, keys: tuple[str, ...], scopes: tuple[str, ...] = ("Volatile", "Aggregate")) -> list[int]:
+    values = [as_int(block.get("ECC Errors", scope, key)) for scope in scopes for key in keys]
     return [v for v in values if v is not None]
 
 
 def _health(block: SmiBlock) -> GpuHealth:
     # Hopper drivers (565, 590) split the SRAM uncorrectable count into Parity and SEC-DED
     # (fixtures/smi_q_h100_590_exporter_capture.txt); either one over the limit fails.
-    sram_unc = _counts(block, ("SRAM Uncorrectable", "SRAM Uncorrectable Parity", "SRAM Uncorrectable SEC-DED"))
+    sram_unc = _counts(block, _SRAM_UNC)
+    sram_unc_volatile = _counts(block, _SRAM_UNC, ("Volatile",))
     sram_cor = _counts(block, ("SRAM Correctable",))
     dram = _counts(block, ("DRAM Correctable", "DRAM Uncorrectable"))
     dbe = [
@@ -81,6 +89,8 @@ def _health(block: SmiBlock) -> GpuHealth:
         # GeForce and MIG print "Remapped Rows : N/A" as one bare line (exporter captures)
         memory_na=block.has("Remapped Rows") and block.get("Remapped Rows") is None,
         throttle_na=throttle is None and any(block.has(*p) and block.get(*p) is None for p in _THROTTLE_SECTIONS),
+        sram_uncorrectable_volatile=sum(sram_unc_volatile) if sram_unc_volatile else None,
+        sram_threshold_exceeded=as_yes(block.get("ECC Errors", "Aggregate", "SRAM Threshold Exceeded")),
     )
 
 
@@ -120,6 +130,18 @@ class GpuHealthCheck(NodeCheck[list[GpuHealth]]):
         ]
 
 
+def _sram_when(g: GpuHealth) -> str:
+    """Say which count it was: a lifetime count with none since the driver loaded is an old error
+    (the GPU was reset since), still a fault under the rule (Azure NHC2019 fails either count)."""
+    parts = []
+    if g.sram_uncorrectable_volatile is not None:
+        v = g.sram_uncorrectable_volatile
+        parts.append("lifetime count" if v == 0 else f"{v} since the driver loaded")
+    if g.sram_threshold_exceeded is not None:
+        parts.append(f"NVIDIA's SRAM Threshold Exceeded: {'Yes' if g.sram_threshold_exceeded else 'No'}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def _ecc(t: tuple[str, ...], gpus: list[GpuHealth], limits: dict[str, Any]) -> CheckResult:
     bad: dict[str, str] = {}
     silent = []
@@ -129,7 +151,7 @@ def _ecc(t: tuple[str, ...], gpus: list[GpuHealth], limits: dict[str, Any]) -> C
             silent.append(g.bus_id)
             continue
         if g.sram_uncorrectable is not None and g.sram_uncorrectable > limits["sram_uncorrectable_max"]:
-            bad[g.bus_id] = f"SRAM uncorrectable {g.sram_uncorrectable}"
+            bad[g.bus_id] = f"SRAM uncorrectable {g.sram_uncorrectable}" + _sram_when(g)
         elif g.sram_correctable is not None and g.sram_correctable > limits["sram_correctable_max"]:
             bad[g.bus_id] = f"SRAM correctable {g.sram_correctable} > {limits['sram_correctable_max']}"
         elif g.dram_max is not None and g.dram_max > limits["dram_max"]:
