@@ -84,6 +84,10 @@ class NodePricing:
         return cls.from_dict(doc)
 
 
+# States of a job that still holds its allocation: End is Unknown and ElapsedRaw counts up to now.
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING"})
+
+
 @dataclass(frozen=True)
 class Job:
     """One job allocation as sacct reports it (-X: the allocation, not its steps)."""
@@ -109,6 +113,18 @@ class Job:
     def pending(self) -> bool:
         return self.state == "PENDING"
 
+    @property
+    def final(self) -> bool:
+        """The record has its end: ElapsedRaw is the job's whole run, not the time up to now."""
+        return self.end not in ("Unknown", "None", "")
+
+    @property
+    def end_not_recorded(self) -> bool:
+        """Ended (its state says so) but the end is not in accounting yet: after a slurmdbd outage
+        the accounting bed showed a job COMPLETED with End=Unknown and a growing ElapsedRaw until
+        slurmctld's buffered completion arrived."""
+        return not self.final and self.state not in ACTIVE_STATES
+
     def pending_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "name": self.name, "user": self.user, "team": self.account,
                 "partition": self.partition, "gpus_requested": self.req_gpus, "reason": self.reason}  # fmt: skip
@@ -129,6 +145,7 @@ class JobCost:
             "nodes": j.nodes, "cpus": j.cpus, "memory_mb": round(j.memory_mb, 1), "elapsed_s": j.elapsed_s,
             "node_share": round(self.node_share, 6), "gpu_hours": round(self.gpu_hours, 6),
             "usd": None if self.usd is None else round(self.usd, 6),
+            "final": j.final,  # false: elapsed_s (and the price) are up to now, not the whole job
         }  # fmt: skip
 
 

@@ -207,6 +207,11 @@ def _pending_line(j: Job) -> str:
     return f"pending: job {j.job_id} ({j.name}) of {j.user} in {j.account} waits for {j.req_gpus} GPU(s): {j.reason}"
 
 
+def _unrecorded_line(j: Job) -> str:
+    return (f"not final: job {j.job_id} is {j.state} but its end is not in accounting yet (slurmdbd is catching "
+            f"up, e.g. after an outage): priced for the {_hms(j.elapsed_s)} up to now; read again for its final cost")
+
+
 def emit(costs: list[JobCost], pending: list[Job], pricing: NodePricing, since: str, where: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(report(costs, pending, pricing, since, where), indent=2))
@@ -214,6 +219,9 @@ def emit(costs: list[JobCost], pending: list[Job], pricing: NodePricing, since: 
     mark = "# " if fmt in ("plain", "csv") else ""
     for j in pending:  # e.g. AssocGrpGRES: over the team's (or the user's) GPU quota
         click.echo(mark + _pending_line(j))
+    for c in costs:
+        if c.job.end_not_recorded:
+            click.echo(mark + _unrecorded_line(c.job))
     if not costs:
         click.echo(mark + empty_line(since, where))
         return

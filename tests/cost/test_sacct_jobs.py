@@ -200,3 +200,30 @@ def test_cost_jobs_prices_with_the_stacks_own_arithmetic(replay: object, tmp_pat
     # the captured job 1 on a p4de: 2 GPUs of 8, 2 CPUs of 96, 100 MB: a quarter of the node for 3 s
     assert doc["jobs"][0]["node_share"] == pytest.approx(0.25) and doc["jobs"][0]["usd"] == pytest.approx(
         0.25 * 3 / 3600 * price, abs=1e-6)
+
+
+def test_a_finished_job_whose_end_is_not_recorded_is_said_to_be_not_final(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the slurmdbd outage the accounting bed once showed job 4 COMPLETED with End=Unknown and
+    an ElapsedRaw of 11 that grew with each read (its sacct line was not kept; this variant of
+    05-after-outage sets those two fields, as SOURCES.md allows variants to be made)."""
+    lines = _text("05-after-outage").splitlines()
+    cells = lines[4].split("|")
+    assert cells[0] == "4" and cells[5] == "COMPLETED"
+    cells[8], cells[9] = "Unknown", "11"
+    (tmp_path / "sacct.txt").write_text("\n".join([*lines[:4], "|".join(cells)]) + "\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sacct").write_text(f"#!/bin/sh\ncat {tmp_path}/sacct.txt\n")
+    (bindir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    (tmp_path / "pricing.json").write_text(BED.to_json())
+    base = ["cost", "--jobs", "--since", "2026-12-03", "--pricing", str(tmp_path / "pricing.json")]
+    rc, out, _ = _run([*base, "--format", "json"], capsys)
+    jobs = {j["job_id"]: j for j in json.loads(out)["jobs"]}
+    assert rc == 0 and jobs["4"]["final"] is False and jobs["1"]["final"] is True and jobs["4"]["elapsed_s"] == 11
+    rc, out, _ = _run([*base, "--format", "plain"], capsys)
+    assert rc == 0 and ("# not final: job 4 is COMPLETED but its end is not in accounting yet (slurmdbd is catching up, "
+                        "e.g. after an outage): priced for the 00:00:11 up to now; read again for its final cost") in out
+    assert "not final: job 1 " not in out and "not final: job 2 " not in out
