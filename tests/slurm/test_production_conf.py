@@ -86,7 +86,7 @@ def controller(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             time.sleep(0.1)
         yield root, env
     finally:
-        for pidfile in (root / "run" / "slurmctld.pid", root / "munged.pid"):
+        for pidfile in (Path(paths.slurmctld_pidfile), root / "munged.pid"):
             if pidfile.is_file() and pidfile.read_text().strip():
                 try:
                     os.kill(int(pidfile.read_text()), signal.SIGTERM)
