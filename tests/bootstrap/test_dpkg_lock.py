@@ -116,3 +116,47 @@ def test_plain_apt_get_fails_at_once_on_a_held_lock(tmp_path: Path) -> None:
     _apt_root(tmp_path)
     r = _run(tmp_path, "lockfor 10\napt-get install -y -q gpuforge-lock-probe; echo \"rc=$?\"\n")
     assert "rc=100" in r.stdout and "Could not get lock /var/lib/dpkg/lock-frontend" in r.stderr, r.stdout + r.stderr
+
+
+def _conffile_deb(root: Path, name: str, path: str) -> str:
+    """A package shipping `path` as a conffile (as slurm-wlm-basic-plugins ships /etc/slurm/plugstack.conf)."""
+    src = root / "pkgsrc" / name
+    (src / "DEBIAN").mkdir(parents=True)
+    (src / path.lstrip("/")).parent.mkdir(parents=True)
+    (src / path.lstrip("/")).write_text("# the package's own\n")
+    (src / "DEBIAN/conffiles").write_text(path + "\n")
+    (src / "DEBIAN/control").write_text(
+        f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: gpuforge tests <t@example.invalid>\n"
+        "Description: conffile probe for the gpuforge bootstrap tests\n"
+    )
+    deb = root / "repo" / f"{name}_1.0_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(src), str(deb)], check=True, capture_output=True)
+    data = deb.read_bytes()
+    control = (src / "DEBIAN/control").read_text()
+    return control + f"Filename: ./{deb.name}\nSize: {len(data)}\nSHA256: {hashlib.sha256(data).hexdigest()}\n"
+
+
+def test_apt_install_keeps_a_config_file_the_user_data_wrote_first(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    """The Slurm head's user data writes /etc/slurm/plugstack.conf before the slurm phase installs
+    slurm-wlm-basic-plugins, which ships that path as a conffile. dpkg then asks which to keep and,
+    with no terminal, the install fails: "end of file on stdin at conffile prompt" (the first-boot
+    rehearsal of a cv-training head, Debian's 22.05.8-4+deb12u3). apt_install keeps ours. Here a
+    package with a conffile under /etc/apt (bound to this test's directory) meets a file written first."""
+    files = render_user_data(stack_cfg["nlp-inference"], "n1").files
+    (tmp_path / "opt/gpuforge").mkdir(parents=True)
+    (tmp_path / "opt/gpuforge/lib.sh").write_text(files["opt/gpuforge/lib.sh"])
+    _apt_root(tmp_path)
+    conf = "/etc/apt/gpuforge-conffile-probe.conf"
+    (tmp_path / "repo/Packages").write_text(_conffile_deb(tmp_path, "gpuforge-conffile-probe", conf))
+    body = (
+        f". {tmp_path}/opt/gpuforge/lib.sh\nGPUFORGE_LOCK_WAIT_S=5\n"
+        f"echo '# ours, from the user data' >{conf}\n"
+        "apt_install gpuforge-conffile-probe </dev/null\n"
+        "dpkg-query -W -f='probe: ${Status}\\n' gpuforge-conffile-probe\n"
+        f"cat {conf}\n"
+    )
+    r = _run(tmp_path, body)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "probe: install ok installed" in r.stdout, out
+    assert "# ours, from the user data" in r.stdout and "the package's own" not in r.stdout, out

@@ -26,6 +26,7 @@ installed() {
 
 LOCK_WAIT_S="${GPUFORGE_LOCK_WAIT_S:-1800}"
 APT_LOCK=(-o "DPkg::Lock::Timeout=$LOCK_WAIT_S")
+KEEP_CONF=(-o "Dpkg::Options::=--force-confdef" -o "Dpkg::Options::=--force-confold")
 lock_wait() {
   python3 - "$R" "$LOCK_WAIT_S" <<'PY' || die "dpkg/apt lock still held after ${LOCK_WAIT_S}s"
 import fcntl, os, struct, sys, time
@@ -82,7 +83,7 @@ apt_install() {
   [ "${#missing[@]}" -eq 0 ] && return 0
   if [ ! -f "$STATE/apt-updated" ]; then apt_update; touch "$STATE/apt-updated"; fi
   lock_wait
-  apt-get "${APT_LOCK[@]}" install -y -q --no-install-recommends --allow-downgrades "${missing[@]}" ||
+  apt-get "${APT_LOCK[@]}" "${KEEP_CONF[@]}" install -y -q --no-install-recommends --allow-downgrades "${missing[@]}" ||
     die "exit $? from: apt-get install ${missing[*]}"
   changed "installed ${missing[*]}"
 }
