@@ -13,16 +13,18 @@ import dataclasses
 
 from gpuforge.bootstrap.plan import BootstrapError, Phase, plan_node
 from gpuforge.bootstrap.render import RenderedBootstrap, render_plan
-from gpuforge.bootstrap.versions import load_versions
+from gpuforge.bootstrap.versions import Versions, load_versions
 from gpuforge.core.config import StackConfig
 from gpuforge.core.jobcost import PRICING_FILE, pricing_for
 from gpuforge.core.profiles import DataVolume
 
 
-def render_head_user_data(cfg: StackConfig) -> RenderedBootstrap:
+def render_head_user_data(cfg: StackConfig, versions: Versions | None = None) -> RenderedBootstrap:
+    """`versions`: the manifest to render with (default bootstrap/versions.yaml; the first-boot
+    rehearsal passes its mirror's key fingerprints, stand-in digests and the Slurm it serves)."""
     if cfg.slurm is None:
         raise BootstrapError(f"stack {cfg.stack} has no Slurm head node", "set gpuforge:scheduler: slurm")
-    v = load_versions()
+    v = versions or load_versions()
     gpu_plan = plan_node(cfg, cfg.slurm.head_name, v)
     assert gpu_plan.slurm_version is not None and gpu_plan.slurm is not None
     acct, layout_acct = cfg.slurm.accounting, gpu_plan.slurm.accounting

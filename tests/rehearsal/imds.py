@@ -6,7 +6,9 @@ IMDSv2): `PUT /latest/api/token` with `X-aws-ec2-metadata-token-ttl-seconds` (1-
 token; a PUT without the TTL header is 400; a PUT carrying `X-Forwarded-For` is refused (403);
 a GET without a valid, unexpired token is 401. Paths served: meta-data/instance-id,
 meta-data/tags/instance/<key> (instance_metadata_tags on), meta-data/spot/instance-action (404
-until a test sets a notice), meta-data/placement/availability-zone(-id), meta-data/local-ipv4.
+until a test sets a notice), meta-data/placement/availability-zone(-id), meta-data/local-ipv4, and the instance role's temporary
+credentials (meta-data/iam/security-credentials/ lists the role's name, .../<role> its
+AccessKeyId, SecretAccessKey and Token as JSON) when the instance has a role.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ class InstanceMetadata:
     az_id: str = "use1-az4"
     local_ipv4: str = ""
     spot_action: dict[str, str] | None = None
+    role: str | None = None  # the instance profile's role: its credentials are `credentials`
+    credentials: dict[str, str] = field(default_factory=dict)
 
     def get(self, path: str) -> str | None:
+        if self.role and path == "meta-data/iam/security-credentials":
+            return self.role
+        if self.role and path == f"meta-data/iam/security-credentials/{self.role}":
+            return json.dumps({"Code": "Success", "Type": "AWS-HMAC", "LastUpdated": "2026-01-01T00:00:00Z",
+                               "Expiration": "2099-01-01T00:00:00Z", **self.credentials})  # fmt: skip
         md = {
             "meta-data/instance-id": self.instance_id,
             "meta-data/placement/availability-zone": self.az,

@@ -33,13 +33,22 @@ from pathlib import Path
 
 from gpuforge.bootstrap.nodelock import TARGETS, build_wheel, cache_dir, wheelhouse
 from gpuforge.bootstrap.plan import DISTRO
-from gpuforge.bootstrap.versions import Versions
+from gpuforge.bootstrap.versions import SlurmForOs, Versions
 from gpuforge.common.version import __version__
 from gpuforge.core.mirror import GPUFORGE_WHEELS, URL_UPSTREAMS
 from tests.rehearsal import standins
+from tests.rehearsal.enroot import enroot_caps_deb, enroot_deb
 from tests.rehearsal.root import RootImage
 
 NODE_PYTHON = "py311"  # the root's python3 (Debian 12): the node install's lock for it
+# Pyxis v0.20.0 as released: `git archive --prefix=pyxis-0.20.0/ v0.20.0 | gzip -n9` of NVIDIA/pyxis
+# (tag commit 424563865a491f2d8f3c396a095d18db81f1fb07), the source the pyxis phase builds
+# against the node's libslurm-dev. Not GitHub's own archive bytes (its digest differs; versions.yaml
+# pins none), so the rehearsal pins this file's sha256 and the phase checks it.
+PYXIS_SOURCE = Path(__file__).parent / "vendor" / "pyxis-0.20.0.tar.gz"
+# The Slurm a Debian 12 node installs (bookworm-security), in place of Ubuntu 24.04's 23.11.4, and
+# without slurm-wlm-nvml-plugin (not in Debian's main): gres.conf lists the device files.
+DEBIAN_SLURM = SlurmForOs(version="22.05.8", nvml_plugin=False)
 SUITES = ("bookworm", "bookworm-updates", "bookworm-security", "bookworm-backports")
 IMAGE_MANIFEST = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []}\n'
 
@@ -90,6 +99,7 @@ class MirrorTree:
     key: SigningKey  # NVIDIA's repositories and the CloudWatch agent
     archive_key: SigningKey  # the Ubuntu archive's stand-in
     cuda_os: str = "ubuntu-22.04"
+    slurm_debs: Path | None = None  # a Slurm stack's packages (root.py ensure_slurm_debs), pyxis and enroot
     pins: Versions | None = None
 
     def build(self) -> MirrorTree:
@@ -99,11 +109,12 @@ class MirrorTree:
         tmp.mkdir()
         self._archive(tmp)
         distro = DISTRO[self.cuda_os]
+        vos = v.for_os(self.cuda_os)  # the driver branch this base image gets (os_overrides)
         self._flat(self._path("cuda", v.cuda_repo.url.format(distro=distro)),
-                   standins.cuda_repo_debs(v, self.cuda_os), key_file=v.cuda_repo.key_file)  # fmt: skip
+                   standins.cuda_repo_debs(vos, self.cuda_os), key_file=v.cuda_repo.key_file)  # fmt: skip
         # A repository whose driver package fails to install (DKMS build error), for the failure rehearsal.
         self._flat(self.root / "cuda-broken" / distro / "x86_64",
-                   standins.cuda_repo_debs(v, self.cuda_os, broken_driver=True), key_file=v.cuda_repo.key_file)  # fmt: skip
+                   standins.cuda_repo_debs(vos, self.cuda_os, broken_driver=True), key_file=v.cuda_repo.key_file)  # fmt: skip
         ctk = self._path("nvidia-container-toolkit", v.nvidia_container_toolkit.repo)
         self._flat(ctk, standins.toolkit_debs(v))
         (self._path("nvidia-container-toolkit", v.nvidia_container_toolkit.key_url)).write_bytes(self.key.armored())
@@ -123,9 +134,23 @@ class MirrorTree:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(IMAGE_MANIFEST)
         self._node_wheels(tmp)
+        slurm: dict[str, object] = {}
+        if self.slurm_debs is not None:
+            pyxis = self._put("pyxis", v.pyxis.resolved_url, PYXIS_SOURCE.read_bytes())
+            enroot = {}
+            for pin, deb in ((v.enroot, enroot_deb(v)), (v.enroot_caps, enroot_caps_deb(v))):
+                data = deb.build(tmp).read_bytes()
+                self._put("enroot", pin.resolved_url, data)
+                enroot[pin is v.enroot] = hashlib.sha256(data).hexdigest()
+            slurm = {
+                "slurm": v.slurm.model_copy(update={"ubuntu_2204": DEBIAN_SLURM, "ubuntu_2404": DEBIAN_SLURM}),
+                "pyxis": v.pyxis.model_copy(update={"sha256": hashlib.sha256(pyxis).hexdigest()}),
+                "enroot": v.enroot.model_copy(update={"sha256": enroot[True]}),
+                "enroot_caps": v.enroot_caps.model_copy(update={"sha256": enroot[False]}),
+            }
         shutil.rmtree(tmp)
         fpr = self.key.fingerprint
-        self.pins = v.model_copy(update={
+        self.pins = v.model_copy(update={**slurm,
             "cuda_repo": v.cuda_repo.model_copy(update={"key_fingerprint": fpr}),
             "nvidia_container_toolkit": v.nvidia_container_toolkit.model_copy(update={"key_fingerprint": fpr}),
             "cloudwatch_agent": v.cloudwatch_agent.model_copy(update={"key_fingerprint": fpr}),
@@ -181,7 +206,7 @@ class MirrorTree:
         top = self.root / "ubuntu"
         pool = top / "pool" / "main"
         pool.mkdir(parents=True)
-        for path in self.image.debs.glob("*.deb"):
+        for path in [*self.image.debs.glob("*.deb"), *(self.slurm_debs.glob("*.deb") if self.slurm_debs else ())]:
             shutil.copy(path, pool)
         for deb in standins.archive_debs(self.image.kernel_release):
             deb.build(pool)

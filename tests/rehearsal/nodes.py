@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -46,7 +47,8 @@ from gpuforge.bootstrap.versions import Versions, load_versions
 from tests.rehearsal.imds import ADDRESS as IMDS_ADDRESS
 from tests.rehearsal.imds import Imds, InstanceMetadata
 from tests.rehearsal.mirror import MirrorServer, MirrorTree, SigningKey
-from tests.rehearsal.root import RootImage
+from tests.rehearsal.root import RootImage, ensure_slurm_debs
+from tests.rehearsal.ssm import Ssm
 
 LOGIN_USER = "ubuntu"
 # A container's /proc/sys is the host's kernel (read-only under nspawn; a node must never change
@@ -106,6 +108,28 @@ while time.monotonic() < end:
         pass
     time.sleep(1)
 """
+# Slurm's cgroup/v1 plugin (proctrack/cgroup, task/cgroup with ConstrainCores/Devices/RAMSpace)
+# makes slurm/uid_N/job_N under cpuset, memory, devices and freezer. On this v1 host nspawn mounts
+# those hierarchies read-only in the container (only name=systemd is the container's), so before
+# slurmd starts this bed unit mounts each one again (CAP_SYS_ADMIN is in nspawn's default set),
+# makes the node's own subtree under the container's cgroup (cpuset: with its parent's cpus and
+# mems, which a new cpuset lacks) and binds it where slurmd looks, /sys/fs/cgroup/<controller>.
+# Rehearsal.down() removes the subtrees. EC2 nodes (Ubuntu 24.04) boot cgroup v2, which systemd
+# delegates itself; tests/SUBSTITUTIONS.md.
+CGROUP_V1 = r"""#!/bin/sh
+set -eu
+me=$(cat /etc/hostname)
+for c in cpuset memory devices freezer; do
+  t=/run/gpuforge-rehearsal-cgroup/$c
+  mkdir -p "$t"
+  mountpoint -q "$t" || mount -t cgroup -o "$c" cgroup "$t"
+  own=$(sed -n "s/^[0-9]*:$c:\(.*\)$/\1/p" /proc/1/cgroup)
+  sub="$t${own%/}/@PREFIX@-$me"
+  mkdir -p "$sub"
+  if [ "$c" = cpuset ]; then cat "${sub%/*}/cpuset.cpus" >"$sub/cpuset.cpus"; cat "${sub%/*}/cpuset.mems" >"$sub/cpuset.mems"; fi
+  mount --bind "$sub" "/sys/fs/cgroup/$c"
+done
+"""
 STATUS = "var/lib/gpuforge/bootstrap-status.json"
 CLOUD_CFG = {
     # Ubuntu's cloud.cfg (cloud-init config/cloud.cfg.tmpl, variant ubuntu): the default user.
@@ -114,6 +138,9 @@ CLOUD_CFG = {
         "sudo": ["ALL=(ALL) NOPASSWD:ALL"], "shell": "/bin/bash",
     }},
     "apt": {"preserve_sources_list": False},
+    # The root has no en_US.UTF-8 to generate (no `locales`): cc_locale failed, and cloud-config.service
+    # exited 1. C.UTF-8 is built into glibc; cloud-init applies it without locale-gen (debian.py).
+    "locale": "C.UTF-8",
     "datasource_list": ["NoCloud", "None"],
     "network": {"config": "disabled"},  # the rehearsal's networkd file sets the address
 }  # fmt: skip
@@ -166,6 +193,9 @@ class Rehearsal:
     mirror: MirrorServer | None = None
     tree: MirrorTree | None = None
     imds: Imds | None = None
+    cuda_os: str = "ubuntu-22.04"  # the stacks' os: the CUDA repository path and driver branch the mirror serves
+    slurm: bool = False  # serve a Slurm stack's packages (Debian's Slurm, pyxis, enroot) and an SSM stand-in
+    ssm: Ssm | None = None
     _created: list[tuple[str, ...]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -207,9 +237,12 @@ class Rehearsal:
         self.archive_key = SigningKey(self.workdir / "gpg-archive").create()
         self.vendor_key = SigningKey(self.workdir / "gpg-vendor").create()
         self.tree = MirrorTree(self.workdir / "mirror", self.versions, self.image, self.vendor_key,
-                               archive_key=self.archive_key).build()  # fmt: skip
+                               archive_key=self.archive_key, cuda_os=self.cuda_os,
+                               slurm_debs=ensure_slurm_debs(self.image) if self.slurm else None).build()  # fmt: skip
         self.mirror = MirrorServer(self.tree.root, f"{self.net}.254").start()
         self.imds = Imds(self.bridge).start()
+        if self.slurm:
+            self.ssm = Ssm(f"{self.net}.254").start()
 
     def down(self) -> None:
         keep = os.environ.get("GPUFORGE_REHEARSAL_LOGS")  # a directory: keep each node's logs there
@@ -218,7 +251,8 @@ class Rehearsal:
             if keep:
                 self._save_logs(node, Path(keep) / node.name)
             _sh("umount", str(node.root), check=False)
-        for server in (self.mirror, self.imds):
+        self._remove_cgroups()
+        for server in (self.mirror, self.imds, self.ssm):
             if server is not None:
                 server.stop()
         for cmd in reversed(self._created):
@@ -241,8 +275,10 @@ class Rehearsal:
         return self.tree.entries(self.mirror.url, f"{self.net}.254:{self.mirror.port}",
                                  cuda="cuda-broken" if broken_driver else "cuda")  # fmt: skip
 
-    def boot(self, name: str, user_data: bytes, *, hardware: dict[str, Any], tags: dict[str, str] | None = None) -> Node:
-        """Create a node and boot it for the first time with `user_data` (bytes, as EC2 receives them)."""
+    def boot(self, name: str, user_data: bytes, *, hardware: dict[str, Any], tags: dict[str, str] | None = None,
+             role: str | None = None) -> Node:  # fmt: skip
+        """Create a node and boot it for the first time with `user_data` (bytes, as EC2 receives them).
+        `role`: the instance profile's role in the SSM stand-in (IMDS hands out its credentials)."""
         index = len(self.nodes) + 1
         node = Node(name, index, f"{self.net}.{index}", f"i-0rehearsal{os.getpid():06x}{index:02d}",
                     self.workdir / f"n{index}", hardware,
@@ -255,7 +291,9 @@ class Rehearsal:
         self._prepare(node, user_data)
         self._attach_disks(node)
         assert self.imds is not None
-        self.imds.instances[node.ip] = InstanceMetadata(node.instance_id, tags or {"Name": name}, local_ipv4=node.ip)
+        creds = self.ssm.roles[role].imds_credentials() if role and self.ssm else {}
+        self.imds.instances[node.ip] = InstanceMetadata(node.instance_id, tags or {"Name": name}, local_ipv4=node.ip,
+                                                        role=role, credentials=creds)  # fmt: skip
         self.start(node)
         return node
 
@@ -280,7 +318,8 @@ class Rehearsal:
              # CAP_NET_ADMIN inside its own namespace only: networkd configures the node's address
              f"--network-namespace-path=/run/netns/{netns}", "--capability=CAP_NET_ADMIN",
              "--console=pipe", "--link-journal=no", "--timezone=off",
-             f"--bind-ro={node.dir / 'hw'}:/run/gpuforge-rehearsal", *(f"--bind={d}" for d in node.disks)],
+             f"--bind-ro={node.dir / 'hw'}:/run/gpuforge-rehearsal", *(f"--bind={d}" for d in node.disks),
+             *(f"--bind={dev}:/dev/{dev.name}" for dev in sorted((node.dir / "dev").glob("*")))],
             stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -355,6 +394,14 @@ class Rehearsal:
         dropin.write_text("# a container may not set the host's clock: run without clock control\n"
                           "[Unit]\nConditionCapability=\n")  # fmt: skip
         (root / "etc/default/chrony").write_text('DAEMON_OPTS="-F 1 -x"\n')
+        # A cloud-init unit that fails (Type=oneshot, TimeoutSec=0) waits in stop-sigterm for its cgroup
+        # to empty; under nspawn on this cgroup-v1 host systemd sometimes misses that notice and waits
+        # forever, so cloud-final never ran (2 of 6 nodes in one afternoon). Bounded here.
+        for unit in ("cloud-init-local", "cloud-init", "cloud-config", "cloud-final"):
+            stop = root / f"etc/systemd/system/{unit}.service.d/90-gpuforge-rehearsal.conf"
+            stop.parent.mkdir(parents=True, exist_ok=True)
+            stop.write_text("# systemd in a container on a v1 host can miss the empty-cgroup notice (tests/rehearsal/nodes.py)\n"
+                            "[Service]\nTimeoutStopSec=30\n")  # fmt: skip
         if hold := node.hardware.get("dpkg_lock_at_boot_s"):
             script = root / "usr/local/sbin/gpuforge-rehearsal-unattended-upgrades"
             script.write_text(HOLD_LOCKS)
@@ -367,6 +414,18 @@ class Rehearsal:
             wants_link = root / "etc/systemd/system/multi-user.target.wants" / unit_file.name
             wants_link.parent.mkdir(parents=True, exist_ok=True)
             wants_link.symlink_to(f"/etc/systemd/system/{unit_file.name}")
+        if node.hardware.get("slurm_cgroups"):
+            script = root / "usr/local/sbin/gpuforge-rehearsal-cgroups"
+            script.write_text(CGROUP_V1.replace("@PREFIX@", self.prefix))
+            script.chmod(0o755)
+            unit_file = root / "etc/systemd/system/gpuforge-rehearsal-cgroups.service"
+            unit_file.write_text("[Unit]\nDescription=writable cgroup v1 subtrees for slurmd (tests/rehearsal/nodes.py)\n"
+                                 "Before=slurmd.service cloud-final.service\n\n"
+                                 f"[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/{script.relative_to(root)}\n\n"
+                                 "[Install]\nWantedBy=multi-user.target\n")  # fmt: skip
+            wants_link = root / "etc/systemd/system/multi-user.target.wants" / unit_file.name
+            wants_link.parent.mkdir(parents=True, exist_ok=True)
+            wants_link.symlink_to(f"/etc/systemd/system/{unit_file.name}")
         yama = root / "usr/local/sbin/sysctl"  # on every host: with Yama, the host's value is not the node's
         yama.write_text(YAMA_SYSCTL)
         yama.chmod(0o755)
@@ -374,6 +433,17 @@ class Rehearsal:
         # The archive's signing key, trusted as an Ubuntu AMI trusts Ubuntu's (ubuntu-keyring).
         keyring = root / "etc/apt/trusted.gpg.d/gpuforge-rehearsal-archive.gpg"
         keyring.write_bytes(self.archive_key.binary())
+        if self.ssm is not None:
+            # The bootstrap's ssm_get honours GPUFORGE_SSM_ENDPOINT (lib.sh.j2); EC2 reaches ssm.<region>.amazonaws.com.
+            env = root / "etc/systemd/system.conf.d/90-gpuforge-rehearsal-ssm.conf"
+            env.parent.mkdir(parents=True, exist_ok=True)
+            env.write_text(f"[Manager]\nDefaultEnvironment=GPUFORGE_SSM_ENDPOINT={self.ssm.url}\n")
+        # The GPUs' device files (c 195:N, as the NVIDIA driver makes them), for gres.conf's File=:
+        # no driver loads in a container, so the rehearsal makes them and binds them in.
+        for i in range(int(node.hardware.get("gpu_devices", 0))):
+            dev = node.dir / "dev" / f"nvidia{i}"
+            dev.parent.mkdir(exist_ok=True)
+            os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(195, i))
 
     def _save_logs(self, node: Node, dest: Path) -> None:
         dest.mkdir(parents=True, exist_ok=True)
@@ -404,6 +474,16 @@ class Rehearsal:
             conf = node.root / "etc/tmpfiles.d/gpuforge-rehearsal-disks.conf"
             conf.write_text("# gpuforge rehearsal: the instance's disks by id (tests/rehearsal/nodes.py)\n"
                             "d /dev/disk/by-id 0755 root root -\n" + "\n".join(links) + "\n")  # fmt: skip
+
+    def _remove_cgroups(self) -> None:
+        """The nodes' cgroup v1 subtrees (CGROUP_V1), deepest first, once their processes are gone."""
+        for c in ("cpuset", "memory", "devices", "freezer"):
+            for top in Path(f"/sys/fs/cgroup/{c}").glob(f"**/{self.prefix}-*"):
+                for d in sorted((p for p in top.glob("**/") if p.is_dir()), key=lambda p: -len(p.parts)):
+                    try:
+                        d.rmdir()
+                    except OSError:
+                        pass
 
     def _learn_host_key(self, node: Node) -> None:
         pub = (node.root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()

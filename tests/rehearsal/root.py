@@ -39,6 +39,16 @@ MIRROR_PACKAGES = (
     "libnl-route-3-200", "libnl-route-3-dev", "python3-venv",
 )  # fmt: skip
 RECIPE = 1  # bump when the build steps below change
+# A Slurm stack's head and GPU nodes (gpuforge:scheduler slurm) also install, from the archive:
+# munge and the Slurm daemons (bootstrap/templates/phases/slurm.sh.j2, slurm-accounting.sh.j2:
+# slurmdbd and the embedded MariaDB), and the pyxis phase's build and Enroot dependencies. Debian
+# 12's Slurm is 22.05.8 (bookworm-security: 22.05.8-4+deb12u3), not Ubuntu 24.04's 23.11.4
+# (tests/SUBSTITUTIONS.md). Kept apart from the root's key: adding them does not rebuild the root.
+SLURM_PACKAGES = (
+    "munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server", "libslurm-dev", "gcc", "make",
+    "jq", "squashfs-tools", "parallel", "fuse-overlayfs", "pigz", "squashfuse",
+)  # fmt: skip
+SECURITY_REGISTRY = "http://deb.debian.org/debian-security"
 
 
 def cache_dir() -> Path:
@@ -97,6 +107,46 @@ def _build(base: Path, tree: Path, debs: Path, tar: Path, timeout_s: float) -> N
     tree.mkdir()
     subprocess.run(["tar", "-xpf", str(tar), "-C", str(tree), "--numeric-owner"], check=True, timeout=600)
     (base / "ready").write_text(root_key() + "\n")
+
+
+def ensure_slurm_debs(image: RootImage, timeout_s: float = 900) -> Path:
+    """Debian's Slurm, munge, MariaDB and the pyxis phase's packages, with every dependency the
+    root lacks, downloaded once next to the root (apt-get on this host, reading the root's dpkg
+    status and keyring; bookworm with its security updates, as a Debian 12 instance sees them)."""
+    key = hashlib.sha256(" ".join([SECURITY_REGISTRY, *SLURM_PACKAGES]).encode()).hexdigest()[:12]
+    out = image.debs.parent / f"slurm-debs-{key}"
+    if (out / "ready").exists():
+        return out
+    with open(image.debs.parent / f"slurm-debs-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (out / "ready").exists():
+            return out
+        shutil.rmtree(out, ignore_errors=True)
+        work = image.debs.parent / f"slurm-debs-{key}.work"
+        shutil.rmtree(work, ignore_errors=True)
+        (work / "lists" / "partial").mkdir(parents=True)
+        (out / "partial").mkdir(parents=True)
+        keyring = image.tree / "usr/share/keyrings/debian-archive-keyring.gpg"
+        (work / "sources.list").write_text(
+            f"deb [signed-by={keyring}] {REGISTRY} {SUITE} main\n"
+            f"deb [signed-by={keyring}] {SECURITY_REGISTRY} {SUITE}-security main\n"
+        )
+        opts = [
+            "-o", f"Dir::State::status={image.tree / 'var/lib/dpkg/status'}", "-o", f"Dir::State::Lists={work / 'lists'}",
+            "-o", f"Dir::State::extended_states={work / 'extended_states'}", "-o", f"Dir::Cache={work}",
+            "-o", f"Dir::Cache::Archives={out}", "-o", f"Dir::Etc::SourceList={work / 'sources.list'}",
+            "-o", "Dir::Etc::SourceParts=/nonexistent", "-o", "Dir::Etc::Preferences=/nonexistent",
+            "-o", "Dir::Etc::PreferencesParts=/nonexistent", "-o", "Debug::NoLocking=1", "-o", "APT::Architecture=amd64",
+        ]  # fmt: skip
+        for args in (["update"], ["install", "--download-only", "--no-install-recommends", "-y", *SLURM_PACKAGES]):
+            done = subprocess.run(["apt-get", "-q", *opts, *args], check=False, capture_output=True, text=True, timeout=timeout_s)
+            if done.returncode != 0:
+                tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+                raise RuntimeError(f"apt-get {args[0]} for the Slurm packages failed (exit {done.returncode}):\n{tail}")
+        shutil.rmtree(out / "partial", ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+        (out / "ready").write_text(key + "\n")
+    return out
 
 
 def missing_tools() -> list[str]:
