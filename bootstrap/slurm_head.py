@@ -19,17 +19,24 @@ from gpuforge.core.jobcost import PRICING_FILE, pricing_for
 from gpuforge.core.profiles import DataVolume
 
 
-def render_head_user_data(cfg: StackConfig, versions: Versions | None = None) -> RenderedBootstrap:
+def render_head_user_data(cfg: StackConfig, versions: Versions | None = None,
+                          node_python: str | None = None) -> RenderedBootstrap:  # fmt: skip
     """`versions`: the manifest to render with (default bootstrap/versions.yaml; the first-boot
-    rehearsal passes its mirror's key fingerprints, stand-in digests and the Slurm it serves)."""
+    rehearsal passes its mirror's key fingerprints, stand-in digests and the Slurm it serves).
+    `node_python`: the gpuforge phase's lock for another interpreter than the OS's."""
     if cfg.slurm is None:
         raise BootstrapError(f"stack {cfg.stack} has no Slurm head node", "set gpuforge:scheduler: slurm")
     v = versions or load_versions()
-    gpu_plan = plan_node(cfg, cfg.slurm.head_name, v)
+    gpu_plan = plan_node(cfg, cfg.slurm.head_name, v, node_python=node_python)
     assert gpu_plan.slurm_version is not None and gpu_plan.slurm is not None
     acct, layout_acct = cfg.slurm.accounting, gpu_plan.slurm.accounting
     db_volume, db_volume_id = None, None
     phases = [Phase("base", "base packages, time sync (Amazon Time Sync), hostname from the head node's name")]
+    if gpu_plan.node_install is not None:
+        # `gpuforge validate --transport slurm` runs where srun is: the head. Without this phase
+        # the head had srun but no gpuforge (first-boot rehearsal of a cv-training cluster).
+        ni = gpu_plan.node_install
+        phases.append(Phase("gpuforge", f"gpuforge {ni.version} (base install, hashed wheels) in {ni.venv}"))
     if acct is not None and acct.volume is not None and layout_acct is not None:
         # The GPU nodes' data-volume phase, at MariaDB's datadir, before slurm-accounting installs
         # mariadb-server (whose postinst initialises the datadir, or keeps and re-owns one it finds).

@@ -96,6 +96,7 @@ class GpuCluster(pulumi.ComponentResource):
                     nodes=nodes.nodes,
                     node_role_name=nodes.role_name,
                     public_ip=cfg.public_ips and cfg.vpc_id is None,
+                    node_install_bucket_arn=storage.checkpoint_bucket_arn if uploads_node_wheels(cfg) else None,
                 ),
                 opts=child,
             )

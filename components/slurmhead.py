@@ -27,6 +27,7 @@ import pulumi_random as random
 
 from gpuforge.bootstrap.slurm_head import render_head_user_data
 from gpuforge.components.compute import DATA_DEVICE, SSM_CORE_POLICY, Node
+from gpuforge.components.nodeinstall import node_install_prefix
 from gpuforge.core.config import StackConfig
 
 
@@ -40,6 +41,15 @@ class SlurmHeadArgs:
     nodes: Sequence[Node]  # the GPU nodes (slurmd), by inventory name
     node_role_name: pulumi.Input[str]
     public_ip: bool
+    # The bucket the deploy put the node wheels in (components/nodeinstall.py), when it did: the
+    # head's gpuforge phase installs them too (validate --transport slurm runs on the head).
+    node_install_bucket_arn: pulumi.Input[str] | None = None
+
+
+def node_install_policy(bucket_arn: str, prefix: str) -> str:
+    """Read the node wheel set under `prefix` of the bucket, nothing else of it."""
+    read = {"Sid": "ReadNodeInstall", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket_arn}/{prefix}*"]}
+    return json.dumps({"Version": "2012-10-17", "Statement": [read]})
 
 
 def parameter_policy(parameter_arns: Sequence[str], key_arn: str, region: str) -> str:
@@ -130,6 +140,11 @@ class SlurmHead(pulumi.ComponentResource):
 
         aws.iam.RolePolicy(f"{name}-head-slurm", role=role.id, policy=policy_for(head_params), opts=child)
         aws.iam.RolePolicy(f"{name}-node-slurm", role=args.node_role_name, policy=policy_for(node_params), opts=child)
+        if args.node_install_bucket_arn is not None:
+            prefix = node_install_prefix(cfg)
+            aws.iam.RolePolicy(f"{name}-head-node-install", role=role.id, opts=child,
+                               policy=pulumi.Output.from_input(args.node_install_bucket_arn).apply(
+                                   lambda b: node_install_policy(b, prefix)))  # fmt: skip
         profile = aws.iam.InstanceProfile(f"{name}-head-profile", role=role.name, tags=tags, opts=child)
         db_volume = acct.volume if acct is not None else None
 

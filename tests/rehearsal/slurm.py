@@ -95,7 +95,7 @@ def boot_cluster(r: Rehearsal, stack: str, nodes: int, instance_type: str | None
     r.ssm.parameters[s.munge_parameter] = ("SecureString", base64.b64encode(secrets.token_bytes(1024)).decode())
     password = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))
     r.ssm.parameters[s.accounting.password_parameter] = ("SecureString", password)
-    head_rendered = render_head_user_data(cfg, versions=r.pins)
+    head_rendered = render_head_user_data(cfg, versions=r.pins, node_python=NODE_PYTHON)
     assert head_rendered.plan is not None
     head_ud = substitute(head_rendered.user_data, substitutions(cfg))
     # The embedded database's own EBS volume (the head's data-volume phase mounts it at the datadir).

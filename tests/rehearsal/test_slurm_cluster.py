@@ -141,7 +141,7 @@ def test_the_heads_phases_ran_in_order(cluster: Cluster) -> None:
     """The database's volume mounted before MariaDB is installed; slurmdbd and the cluster
     registered before slurmctld starts; accounts once it runs."""
     phases = [(p["name"], p["state"]) for p in cluster.status[cluster.head.name]["phases"]]
-    names = ["base", "data-volume", "slurm", "pyxis", "slurm-accounting", "slurm-start", "slurm-accounts"]
+    names = ["base", "gpuforge", "data-volume", "slurm", "pyxis", "slurm-accounting", "slurm-start", "slurm-accounts"]
     assert phases == [(n, "succeeded") for n in names], phases
 
 
@@ -177,9 +177,9 @@ def _wait_state(r: Rehearsal, head: Node, node: Node, want: Callable[[str, str],
 
 
 def _validate(r: Rehearsal, cluster: Cluster, where: Node) -> tuple[int, list[dict[str, Any]]]:
-    """`gpuforge validate --transport slurm` with the gpuforge the node install put on `where` (a
-    GPU node: a Slurm client with srun; the head has no gpuforge, see the note in the README),
-    each node check as `srun -w NODE --gres=gpu:v100:8`. As root: with the rendered
+    """`gpuforge validate --transport slurm` with the gpuforge the node install put on `where` (the
+    head: srun and, since the rehearsal found it missing, the gpuforge phase), each node check as
+    `srun -w NODE --gres=gpu:v100:8`. As root: under the rendered
     AccountingStorageEnforce=associations, srun by a user with no association (the login user
     `ubuntu`) is refused ("Invalid account or account/partition combination specified");
     slurmdbd gives root one when the cluster is registered."""
@@ -193,14 +193,14 @@ def _validate(r: Rehearsal, cluster: Cluster, where: Node) -> tuple[int, list[di
 
 
 def test_validate_through_slurm_passes_healthy_nodes_and_names_a_failed_gpu(rehearsal: Rehearsal, cluster: Cluster) -> None:
-    code, results = _validate(rehearsal, cluster, cluster.nodes[0])
+    code, results = _validate(rehearsal, cluster, cluster.head)
     bad = [(x["check"], x["level"], x["message"]) for x in results if x["level"] not in ("pass", "info")]
     assert code == 0 and not bad, bad
     broken = cluster.nodes[1]
     _replay(broken, FAILED_SCENARIO)
     try:
         for _ in range(3):  # slurmd's own health check may drain it first (every 20 s): then srun cannot reach it
-            code, results = _validate(rehearsal, cluster, cluster.nodes[0])
+            code, results = _validate(rehearsal, cluster, cluster.head)
             if any(broken.name in json.dumps(x) and x["level"] == "error" for x in results):
                 break
             _ok(rehearsal, cluster.head, f"sudo scontrol update nodename={broken.name} state=resume")

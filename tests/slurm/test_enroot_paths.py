@@ -132,7 +132,8 @@ def test_the_head_loads_pyxis_for_srun_and_has_no_enroot() -> None:
     head = render_head_user_data(slurm_stack("cv-training"))
     assert head.plan is not None
     assert [p.name for p in head.plan.phases] == [
-        "base", "data-volume", "slurm", "pyxis", "slurm-accounting", "slurm-start", "slurm-accounts"]  # fmt: skip
+        "base", "gpuforge", "data-volume", "slurm", "pyxis", "slurm-accounting", "slurm-start", "slurm-accounts",
+    ]  # fmt: skip
     phase = head.files["opt/gpuforge/phases/pyxis.sh"]
     assert 'put "$R/etc/slurm/plugstack.conf.d/pyxis.conf" "required ${so#"$R"}"' in phase
     assert "enroot" not in phase.lower()

@@ -75,7 +75,8 @@ def test_gpu_nodes_get_slurm_and_pyxis_phases_and_still_fit_ec2(purchase: str) -
 def test_the_head_runs_slurmctld_only() -> None:
     r = render_head_user_data(slurm_stack("cv-training"))
     assert r.plan is not None and [p.name for p in r.plan.phases] == [
-        "base", "data-volume", "slurm", "pyxis", "slurm-accounting", "slurm-start", "slurm-accounts"]  # fmt: skip
+        "base", "gpuforge", "data-volume", "slurm", "pyxis", "slurm-accounting", "slurm-start", "slurm-accounts",
+    ]  # fmt: skip
     phase = r.files["opt/gpuforge/phases/slurm.sh"]
     assert "(apt_install munge slurmctld slurm-client) || rc=$?\n" in phase and "conf-server" not in phase
     assert "gpuforge-health-check" not in " ".join(r.files) and len(r.user_data) <= EC2_USER_DATA_LIMIT
@@ -125,7 +126,7 @@ def test_bootstrap_render_writes_the_head_nodes_user_data(tmp_path: Path, capsys
         main(["bootstrap", "render", "--stack", "cv-training", "--node", "cv-training-head", "--out", str(out),
               "--project-dir", str(proj)])  # fmt: skip
     assert ex.value.code == 0, capsys.readouterr().err
-    phases = "base -> data-volume -> slurm -> pyxis -> slurm-accounting -> slurm-start -> slurm-accounts"
+    phases = "base -> gpuforge -> data-volume -> slurm -> pyxis -> slurm-accounting -> slurm-start -> slurm-accounts"
     assert f"phases: {phases}" in capsys.readouterr().out
     assert "SlurmctldHost=cv-training-head" in (out / "etc/slurm/slurm.conf").read_text()
     assert "apt_install munge slurmctld" in (out / "opt/gpuforge/phases/slurm.sh").read_text()

@@ -238,3 +238,17 @@ def test_a_new_stack_adopts_the_volume_a_destroyed_one_left(record) -> None:
     [head] = [r for r in _by(plain, INSTANCE) if r.name == "vision-slurm-head"]
     assert "want=''\n" in _user_data(head.inputs["userDataBase64"])
     assert not [v for v in _by(plain, VOLUME) if v.import_id]
+
+
+def test_the_head_installs_gpuforge_and_may_read_only_the_node_wheels(record) -> None:
+    """`validate --transport slurm` runs where srun is, the head: its user data has the gpuforge
+    phase (the node install, as on the GPU nodes), and its role may read the node wheel prefix of
+    the bucket and nothing else of it (the first-boot rehearsal found srun but no gpuforge there)."""
+    res = record("vision-slurm", scheduler="slurm", os="ubuntu-24.04", nodeCount=2).run.resources
+    [head] = [r for r in _by(res, INSTANCE) if r.name == "vision-slurm-head"]
+    assert "/opt/gpuforge/phases/gpuforge.sh" in _user_data(head.inputs["userDataBase64"])
+    [pol] = [r for r in _by(res, "aws:iam/rolePolicy:RolePolicy") if r.name.endswith("-head-node-install")]
+    [st] = json.loads(pol.inputs["policy"])["Statement"]
+    assert st["Effect"] == "Allow" and st["Action"] == ["s3:GetObject"]
+    [arn] = st["Resource"]
+    assert "/gpuforge-node/" in arn and arn.endswith("*") and arn.count("*") == 1, arn
