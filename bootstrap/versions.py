@@ -112,6 +112,9 @@ class SlurmForOs(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     version: str = Field(pattern=r"^\d{2}\.\d{2}\.\d+$")  # upstream version; apt pins `<version>-*`
     nvml_plugin: bool  # the archive has slurm-wlm-nvml-plugin (gpu_nvml.so): gres.conf AutoDetect=nvml
+    # The package with the PMIx library path Slurm's mpi/pmix plugin dlopens (srun --mpi=pmix,
+    # validate's NCCL pairs): the unversioned libpmix.so; no Slurm package depends on it.
+    pmix_package: str = Field(pattern=r"^[a-z0-9][a-z0-9.+-]+$")
 
 
 class Slurm(_Pin):

@@ -48,7 +48,7 @@ NODE_PYTHON = "py311"  # the root's python3 (Debian 12): the node install's lock
 PYXIS_SOURCE = Path(__file__).parent / "vendor" / "pyxis-0.20.0.tar.gz"
 # The Slurm a Debian 12 node installs (bookworm-security), in place of Ubuntu 24.04's 23.11.4, and
 # without slurm-wlm-nvml-plugin (not in Debian's main): gres.conf lists the device files.
-DEBIAN_SLURM = SlurmForOs(version="22.05.8", nvml_plugin=False)
+DEBIAN_SLURM = SlurmForOs(version="22.05.8", nvml_plugin=False, pmix_package="libpmix-dev")
 SUITES = ("bookworm", "bookworm-updates", "bookworm-security", "bookworm-backports")
 IMAGE_MANIFEST = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []}\n'
 

@@ -46,7 +46,7 @@ RECIPE = 1  # bump when the build steps below change
 # (tests/SUBSTITUTIONS.md). Kept apart from the root's key: adding them does not rebuild the root.
 SLURM_PACKAGES = (
     "munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server", "libslurm-dev", "gcc", "make",
-    "jq", "squashfs-tools", "parallel", "fuse-overlayfs", "pigz", "squashfuse",
+    "jq", "squashfs-tools", "parallel", "fuse-overlayfs", "pigz", "squashfuse", "libpmix-dev",
 )  # fmt: skip
 SECURITY_REGISTRY = "http://deb.debian.org/debian-security"
 

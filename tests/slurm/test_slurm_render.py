@@ -78,7 +78,7 @@ def test_the_head_runs_slurmctld_only() -> None:
         "base", "gpuforge", "data-volume", "slurm", "pyxis", "slurm-accounting", "slurm-start", "slurm-accounts",
     ]  # fmt: skip
     phase = r.files["opt/gpuforge/phases/slurm.sh"]
-    assert "(apt_install munge slurmctld slurm-client) || rc=$?\n" in phase and "conf-server" not in phase
+    assert "(apt_install munge slurmctld slurm-client libpmix-dev) || rc=$?\n" in phase and "conf-server" not in phase
     assert "gpuforge-health-check" not in " ".join(r.files) and len(r.user_data) <= EC2_USER_DATA_LIMIT
     assert "SlurmctldParameters=enable_configless" in r.files["etc/slurm/slurm.conf"]
 
