@@ -494,8 +494,13 @@ class Rehearsal:
             with socket.socket() as s:
                 s.settimeout(2)
                 if s.connect_ex((node.ip, 22)) == 0:
-                    return
+                    break
             time.sleep(1)
+        # sshd answers before systemd-user-sessions removes /run/nologin ("System is booting up"):
+        # a login is what the tests and validate need (bounded; seen once on a loaded machine).
+        end = time.monotonic() + 180
+        while time.monotonic() < end and self.ssh(node, "true", timeout=30).returncode != 0:
+            time.sleep(3)
 
     def _stop(self, node: Node, timeout: float) -> None:
         proc = node.proc
