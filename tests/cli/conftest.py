@@ -117,8 +117,12 @@ def interrupt(args: list[str], *, cwd: Path, env: dict[str, str], ready: str, re
     """Start `gpuforge ARGS` in its own process group, wait until `ready` shows on stderr, send
     one SIGINT to the group (what a terminal's Ctrl-C does); return (exit code, seconds from the
     signal to the exit, stdout, stderr). The group is killed if it outlives 60 s after the signal."""
+    # A terminal's foreground job starts with SIGINT at its default; a test run launched as a
+    # background job (`make test &`, some CI runners) passes SIGINT ignored to every child, and an
+    # interpreter that starts with it ignored never raises KeyboardInterrupt. Start as the terminal would.
     proc = subprocess.Popen([GPUFORGE, *args], cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
     err_lines: list[str] = []
     seen = threading.Event()
 
