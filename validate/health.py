@@ -6,9 +6,11 @@ Rules (issue 14, issue 19: a rule that acts on any cluster size):
 - an `error` result drains the node: reason `gpuforge-health: <check>: <message>`;
 - missing evidence never drains: `unknown` results (nvidia-smi lists no GPU rows, a tool is
   missing, output not understood, the command timed out) are logged as a drain held back, and the
-  node stays as it is. A node drained by us is not resumed while its evidence is unknown;
-- a node drained by gpuforge is resumed when every check passes again; a node drained by
-  anyone else (another reason) is never touched;
+  node stays as it is. A node drained by us is not resumed while the evidence of the check its
+  drain names is unknown;
+- a node drained by gpuforge is resumed when the check its drain names passes again and no check
+  fails (unknown evidence of other checks did not drain it and does not keep it drained); a node
+  drained by anyone else (another reason) is never touched;
 - a check failing on every node at once is a finding about the check or the fabric, not that
   many broken nodes: when every other node of a cluster of two or more is already drained by the
   health check for the same check, the last one is not drained, and the log says why;
@@ -153,6 +155,12 @@ def decide(
     me = status.get(node)
     ours = me is not None and me.drained and me.reason.startswith(REASON_PREFIX)
     if not errors:
+        named = _drained_for(me.reason) if ours else None  # type: ignore[union-attr]
+        if ours and named is not None and any(r.check == named for r in res) and named not in {r.check for r in unknown}:
+            # The check it was drained for passes again and nothing fails. Evidence that is unknown
+            # now was no reason to drain, so it is no reason to keep the drain either.
+            rest = f"; evidence unknown for {', '.join(sorted({r.check for r in unknown}))}" if unknown else ""
+            return Decision("resume", f"{named} passes again and no check fails (was: {me.reason}){rest}", res)  # type: ignore[union-attr]
         if unknown:
             names = ", ".join(sorted({r.check for r in unknown}))
             kept = f"; stays drained ({me.reason})" if me is not None and me.drained else ""

@@ -37,6 +37,22 @@ def test_missing_evidence_never_drains() -> None:
     assert d.action == "held" and "stays drained" in d.reason
 
 
+def test_a_drained_node_is_resumed_when_its_check_passes_though_other_evidence_is_unknown() -> None:
+    """Drained for gpu.count; gpu.count passes again and the kernel log is unreadable (gpu.xid
+    unknown, as in a container): the unknown evidence did not drain it and must not keep it drained
+    (the Slurm cluster rehearsal's node stayed drained for good). Its own check unknown still holds."""
+    ours = _cluster(4, {"n1": f"{REASON_PREFIX} gpu.count: 7 of 8 GPUs visible"})
+    xid = [CheckResult("gpu.xid", Level.UNKNOWN, ("n1",), None, None, "no kernel log readable")]
+    d = decide("n1", OK + xid, ours, max_drained_percent=25)
+    assert d.action == "resume" and d.reason.startswith("gpu.count passes again and no check fails")
+    assert "evidence unknown for gpu.xid" in d.reason and d.exit_code == 1  # the unknown is still reported
+    count_unknown = [CheckResult("gpu.count", Level.UNKNOWN, ("n1",), None, 8, "nvidia-smi timed out")]
+    assert decide("n1", count_unknown, ours, max_drained_percent=25).action == "held"
+    # an error elsewhere keeps it drained (one reason, the first)
+    other = [CheckResult("gpu.ecc", Level.ERROR, ("n1",), 1, 0, "SRAM uncorrectable 1")]
+    assert decide("n1", OK + other, ours, max_drained_percent=25).action == "none"
+
+
 def test_a_one_node_clusters_node_with_a_failed_gpu_is_drained() -> None:
     """cv-training ships one node: floor(1 x 25 / 100) was 0, so it could never be drained."""
     d = decide("n1", BAD, _cluster(1), max_drained_percent=25)
