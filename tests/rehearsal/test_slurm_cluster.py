@@ -120,6 +120,40 @@ def test_a_two_node_gpu_job_runs_as_a_team_user(rehearsal: Rehearsal, cluster: C
         assert re.search(rf"devices:/.*/uid_\d+/job_{job}/step_0/", line), text
 
 
+def test_accounting_on_the_units_quota_pends_and_cost_jobs_prices_the_job(rehearsal: Rehearsal, cluster: Cluster) -> None:
+    """Issue 24 on the daemons the bootstrap started through their units (MariaDB on the head's
+    EBS volume, slurmdbd, slurmctld): a 16-GPU job of team search (gpu_quota 8) pends with Slurm's
+    own AssocGrpGRES; sacct holds vlee's finished 2-node job with gres/gpu=16; and the head's
+    node-installed `gpuforge cost --jobs` (its pricing file from the user data) prices it at
+    16 GPUs x ElapsedRaw, whole nodes (exclusive of nothing: 8 of 8 GPUs a node)."""
+    head = cluster.head
+    _ok(rehearsal, head, f"cd /tmp && sudo -u {USER} sbatch --parsable --wait -N2 --gres={GRES} --wrap 'sleep 3'", timeout=180)
+    jid = _ok(rehearsal, head, f"cd /tmp && sudo -u sbo sbatch --parsable -N2 --gres={GRES} --wrap 'sleep 1'").strip()
+    try:
+        end, why = time.monotonic() + 60, ""
+        while why != "AssocGrpGRES" and time.monotonic() < end:
+            time.sleep(2)
+            why = _ok(rehearsal, head, f"squeue -h -j {jid} -o %r").strip()
+        assert why == "AssocGrpGRES", why
+    finally:
+        rehearsal.ssh(head, f"sudo scancel {jid}")
+    # as root (the login user has no association); the window query lags a finished job by seconds
+    end, rows = time.monotonic() + 60, list[str]()
+    while not rows and time.monotonic() < end:
+        out = _ok(rehearsal, head, f"sudo sacct -X -n -P -S today -u {USER} -o JobID,Account,AllocTRES,ElapsedRaw,State")
+        rows = [ln for ln in out.split() if ln.endswith("|COMPLETED") and ln.split("|")[3] not in ("", "0")]
+        time.sleep(0 if rows else 3)
+    assert rows, f"sacct knows no finished job of vlee: {out}"
+    last = rows[-1].split("|")
+    assert last[1] == "vision" and "gres/gpu=16" in last[2], last
+    doc = json.loads(_ok(rehearsal, head, "sudo /opt/gpuforge/venv/bin/gpuforge cost --jobs --since "
+                                          "$(date -u +%Y-%m-%d) --format json"))  # fmt: skip
+    job = next(j for j in doc["jobs"] if j["job_id"] == last[0])
+    assert (job["user"], job["team"], job["gpus"], job["nodes"]) == (USER, "vision", 16, 2), job
+    assert job["elapsed_s"] == int(last[3]) and job["gpu_hours"] == pytest.approx(16 * int(last[3]) / 3600, abs=1e-6)
+    assert doc["empty"] is False and job["usd"] is not None and job["usd"] >= 0
+
+
 def test_srun_mpi_pmix_starts_a_two_node_step(rehearsal: Rehearsal, cluster: Cluster) -> None:
     """validate's NCCL pairs run `srun --mpi=pmix`; Slurm's mpi/pmix plugin dlopens libpmix, which
     no Slurm package depends on (the slurm phase installs it on the head and the nodes)."""
