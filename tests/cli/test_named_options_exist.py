@@ -18,7 +18,7 @@ import click
 
 from tests.cli.conftest import REPO
 
-PRODUCT = ("cli", "common", "spec", "validate", "components", "bootstrap", "policy")
+PRODUCT = ("cli", "common", "core", "validate", "components", "bootstrap", "policy")
 TOKEN = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]")
 
 # option -> the tool it belongs to (what gpuforge runs, renders or tells the user to run)
@@ -26,7 +26,9 @@ FOREIGN = {
     "--bidir": "iperf3", "--parallel": "iperf3", "--json": "iperf3 / pulumi stack output",
     "--container-image": "nvidia-ctk / docker", "--filters": "aws ec2", "--owners": "aws ec2", "--output": "aws",
     "--query": "aws", "--service-code": "aws service-quotas / pricing", "--policy-pack": "pulumi",
-    "--secret": "pulumi config set", "--query-gpu": "nvidia-smi",
+    "--secret": "pulumi config set", "--query-gpu": "nvidia-smi", "--mpi": "srun (--mpi=pmix)",
+    "--cluster-versions": "aws eks describe-cluster-versions", "--addon-name": "aws eks describe-addon-versions",
+    "--kubernetes-version": "aws eks describe-addon-versions",
     "--device": "validate/node_scripts/poc_workloads.py (the node script's own argparse)",
     "--help": "every command", "--version": "gpuforge",
 }
