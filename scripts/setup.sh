@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 # dlopens the unversioned libpmix.so, which only libpmix-dev installs).
 # slurmdbd, mariadb-server: Slurm accounting on a real database (tests/slurm/acctbed.py).
 # mmdebstrap, systemd-container, apt-utils, gnupg: the first-boot rehearsal (tests/rehearsal).
+# ethtool: the test bed's policer turns segmentation offload off (tests/validate/testbed.py police).
 # netplan.io: netplan's real generator for the ENA Express MTU drop-in (tests/bootstrap/test_ena_express_mtu.py).
-want_debs=${GPUFORGE_DEBS:-"iproute2 openssh-server openssh-client iperf3 iputils-ping procps shellcheck cloud-init slurmctld slurmd slurm-client munge libpmix2 libpmix-dev slurmdbd mariadb-server mmdebstrap systemd-container apt-utils gnupg chromium netplan.io"}
+want_debs=${GPUFORGE_DEBS:-"iproute2 ethtool openssh-server openssh-client iperf3 iputils-ping procps shellcheck cloud-init slurmctld slurmd slurm-client munge libpmix2 libpmix-dev slurmdbd mariadb-server mmdebstrap systemd-container apt-utils gnupg chromium netplan.io"}
 if [ "${1:-}" = "--with-test-hosts" ] && [ "$(id -u)" = 0 ]; then
   missing=""
   for pkg in $want_debs; do

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPLAY_DIR = Path(__file__).resolve().parent / "replay"
-TOOLS = ("ip", "tc", "sshd", "ssh-keygen", "iperf3", "ping", "ss", "unshare", "timeout")
+TOOLS = ("ip", "tc", "ethtool", "sshd", "ssh-keygen", "iperf3", "ping", "ss", "unshare", "timeout")
 
 
 def missing_requirements() -> str | None:
@@ -35,6 +35,19 @@ def missing_requirements() -> str | None:
     if absent:
         return f"missing tools: {', '.join(absent)} (scripts/setup.sh --with-test-hosts installs them)"
     return None
+
+
+def shaper_burst(mbit: float) -> int:
+    """A shaper's bucket in bytes: 10 ms of its rate, at least 4,000 (32 kbit).
+
+    tbf and htb send what the bucket holds when their watchdog timer fires; a bucket smaller than
+    the rate times the timer's lateness loses the tokens that would have accrued meanwhile. On an
+    idle Firecracker VM (kernel 6.18, HZ 250) the wakeups are late enough that `tbf rate 100mbit
+    burst 32kbit` delivered 74-92 Mbit/s to iperf3 (2026-12-04; testbed-feasibility.md had 95.4 %
+    of 200 mbit on a busier day) and a healthy test bed was called slow. With 10 ms (1 mbit at
+    100 mbit) it delivered 95.9, which is TCP's ceiling at that rate (1448/1514 x R), idle or under
+    CPU load. Over a 2.5 s test the bucket adds 0.4 % at most."""
+    return max(4000, int(mbit * 1e6 / 8 * 0.010))
 
 
 def _sh(*args: str, check: bool = True, timeout: float = 15) -> subprocess.CompletedProcess[str]:
@@ -194,13 +207,18 @@ class Testbed:
         """Limit what host i sends (egress of its eth0) with tbf; netem is absent on this kernel."""
         h = self.hosts[i - 1]
         _sh("ip", "netns", "exec", h.ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
-            "rate", f"{mbit:g}mbit", "burst", "32kbit", "latency", "400ms")  # fmt: skip
+            "rate", f"{mbit:g}mbit", "burst", str(shaper_burst(mbit)), "latency", "400ms")  # fmt: skip
 
     def police(self, i: int, mbit: float, burst_bytes: int = 4096) -> None:
         """A policer rather than a shaper: tbf whose bucket and queue hold ~3 packets, so what
-        exceeds the rate is dropped, not queued, and TCP underdelivers (measured ~0.4-0.47 x the
-        rate at 100 mbit with 4 flows), the way a token-bucket policer in a switch behaves."""
+        exceeds the rate is dropped, not queued, and TCP underdelivers (measured 0.54-0.58 x the
+        rate at 100 mbit with 4 flows, 0.52-0.58 at 40 mbit), the way a token-bucket policer in a switch behaves."""
         h = self.hosts[i - 1]
+        # A switch's policer meets wire-size frames. With segmentation offload on, this host hands the
+        # qdisc 64 KB TCP super-packets that tbf cuts up and mostly drops at once, which made the
+        # result swing with TCP's TSO sizing: 100 mbit gave 40-45 and 40 mbit 22-25 (ratio 0.54);
+        # with it off 54-58 and 21-23 (0.41, the ratio of the rates), 2026-12-04, 4 runs each.
+        _sh("ip", "netns", "exec", h.ns, "ethtool", "-K", "eth0", "tso", "off", "gso", "off")
         _sh("ip", "netns", "exec", h.ns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
             "rate", f"{mbit:g}mbit", "burst", str(burst_bytes), "limit", str(burst_bytes))  # fmt: skip
 
@@ -215,12 +233,12 @@ class Testbed:
             tc = ("ip", "netns", "exec", ns, "tc")
             _sh(*tc, "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10")
             _sh(*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb", "rate", f"{base_mbit:g}mbit",
-                "burst", "32kbit", "cburst", "32kbit")  # fmt: skip
+                "burst", str(shaper_burst(base_mbit)), "cburst", str(shaper_burst(base_mbit)))  # fmt: skip
             ack = base_mbit / 10  # ACKs of a full-rate stream need ~3 % of it; the data class borrows the rest
             for cls, rate, prio in (("1:5", ack, 0), ("1:10", base_mbit - ack, 1), ("1:20", slow_mbit, 1)):
                 _sh(*tc, "class", "add", "dev", "eth0", "parent", "1:1", "classid", cls, "htb", "rate", f"{rate:g}mbit",
                     "ceil", f"{base_mbit if cls != '1:20' else slow_mbit:g}mbit", "prio", str(prio),
-                    "burst", "32kbit", "cburst", "32kbit", "quantum", "1514")  # fmt: skip
+                    "burst", str(shaper_burst(rate)), "cburst", str(shaper_burst(rate)), "quantum", "1514")  # fmt: skip
             _sh(*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
                 "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "1:5")  # fmt: skip
             _sh(*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "2", "u32",
