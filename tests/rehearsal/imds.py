@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.httpserve import serve, stop
+
 ADDRESS = "169.254.169.254"
 
 
@@ -113,19 +115,14 @@ class Imds:
         device = self.device
 
         class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
             def server_bind(self) -> None:
                 # Bound to the bridge, so concurrent rehearsals (other bridges) do not collide.
                 self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, device.encode())
                 super().server_bind()
 
-        self._server = Server((self.address, self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, name="rehearsal-imds", daemon=True).start()
+        self._server = serve(Server((self.address, self.port), Handler), "rehearsal-imds")
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop(self._server)
+        self._server = None

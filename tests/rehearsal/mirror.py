@@ -39,6 +39,7 @@ from gpuforge.core.mirror import GPUFORGE_WHEELS, URL_UPSTREAMS
 from tests.rehearsal import standins
 from tests.rehearsal.enroot import enroot_caps_deb, enroot_deb
 from tests.rehearsal.root import RootImage
+from tests.support.httpserve import serve, stop
 
 NODE_PYTHON = "py311"  # the root's python3 (Debian 12): the node install's lock for it
 # Pyxis v0.20.0 as released: `git archive --prefix=pyxis-0.20.0/ v0.20.0 | gzip -n9` of NVIDIA/pyxis
@@ -265,16 +266,12 @@ class MirrorServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer((self.address, self.port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="rehearsal-mirror", daemon=True).start()
+        self._server = serve(http.server.ThreadingHTTPServer((self.address, self.port), Handler), "rehearsal-mirror")
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop(self._server)
+        self._server = None
 
     def downloads(self, client: str | None = None) -> list[Access]:
         """Successful GETs of files (not directory probes), optionally from one node."""

@@ -48,7 +48,7 @@ from tests.rehearsal.imds import ADDRESS as IMDS_ADDRESS
 from tests.rehearsal.imds import Imds, InstanceMetadata
 from tests.rehearsal.mirror import MirrorServer, MirrorTree, SigningKey
 from tests.rehearsal.root import RootImage, ensure_slurm_debs
-from tests.rehearsal.ssm import Ssm
+from tests.support.ssm import Ssm
 
 LOGIN_USER = "ubuntu"
 # A container's /proc/sys is the host's kernel (read-only under nspawn; a node must never change

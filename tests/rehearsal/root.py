@@ -151,3 +151,12 @@ def ensure_slurm_debs(image: RootImage, timeout_s: float = 900) -> Path:
 
 def missing_tools() -> list[str]:
     return [t for t in ("mmdebstrap", "systemd-nspawn", "dpkg-deb", "apt-ftparchive", "gpg", "ip") if not shutil.which(t)]
+
+
+def unavailable() -> str | None:
+    """Why a rehearsal cannot run on this machine (a test module skips with it), or None."""
+    if os.geteuid() != 0:
+        return "needs root (systemd-nspawn, overlay mounts, loop devices, network namespaces)"
+    if missing := missing_tools():
+        return f"missing tools: {', '.join(missing)} (scripts/setup.sh --with-test-hosts installs them)"
+    return None

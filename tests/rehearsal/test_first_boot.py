@@ -24,7 +24,7 @@ from gpuforge.components.userdata import stack_user_data
 from gpuforge.core.config import parse_stack_config
 from tests.rehearsal.mirror import NODE_PYTHON
 from tests.rehearsal.nodes import Rehearsal
-from tests.rehearsal.root import ensure_root, missing_tools
+from tests.rehearsal.root import ensure_root, unavailable
 from tests.rehearsal.stacks import ACCOUNT_ID, Booted, boot_stack
 from tests.slurm.conftest import slurm_raw
 
@@ -34,19 +34,9 @@ CHECKS = "bootstrap.status,efa.provider,system"
 LOCK_S = 300  # at most: the stand-in lets go 5 s after the bootstrap says it waits (22 s into boot measured)
 
 
-def _why_not() -> str | None:
-    import os
-
-    if os.geteuid() != 0:
-        return "needs root (systemd-nspawn, overlay mounts, loop devices, network namespaces)"
-    if missing := missing_tools():
-        return f"missing tools: {', '.join(missing)} (scripts/setup.sh --with-test-hosts installs them)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def rehearsal() -> Iterator[Rehearsal]:
-    if why := _why_not():
+    if why := unavailable():
         pytest.skip(why)
     with Rehearsal(ensure_root()).up() as r:
         yield r

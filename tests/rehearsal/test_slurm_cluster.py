@@ -13,7 +13,6 @@ bed changes in the rendered files is listed in tests/rehearsal/slurm.py and test
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import time
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.rehearsal.nodes import Node, Rehearsal
-from tests.rehearsal.root import ensure_root, missing_tools
+from tests.rehearsal.root import ensure_root, unavailable
 from tests.rehearsal.slurm import Cluster, boot_cluster
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]
@@ -32,17 +31,9 @@ GRES = "gpu:v100:8"
 USER = "vlee"  # stacks/teams: account vision (quota 16 GPUs), no per-user limit
 
 
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (systemd-nspawn, overlay mounts, loop devices, network namespaces)"
-    if missing := missing_tools():
-        return f"missing tools: {', '.join(missing)} (scripts/setup.sh --with-test-hosts installs them)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def rehearsal() -> Iterator[Rehearsal]:
-    if why := _why_not():
+    if why := unavailable():
         pytest.skip(why)
     with Rehearsal(ensure_root(), cuda_os="ubuntu-24.04", slurm=True).up() as r:
         yield r

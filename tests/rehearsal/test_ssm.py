@@ -14,8 +14,8 @@ import pytest
 
 from gpuforge.bootstrap.render import render_user_data
 from tests.rehearsal.imds import Imds, InstanceMetadata
-from tests.rehearsal.ssm import Ssm
 from tests.slurm.conftest import slurm_stack
+from tests.support.ssm import Ssm
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the IMDS stand-in binds to a device)")
 

@@ -1,12 +1,13 @@
-"""A stand-in for AWS Systems Manager Parameter Store (GetParameter only) on the rehearsal
-network: what the bootstrap's `ssm_get` (bootstrap/templates/lib.sh.j2) reads, reached through
-GPUFORGE_SSM_ENDPOINT, the endpoint override the product honours.
+"""A stand-in for AWS Systems Manager Parameter Store (GetParameter only): what the bootstrap's
+`ssm_get` (bootstrap/templates/lib.sh.j2) reads, reached through GPUFORGE_SSM_ENDPOINT, the
+endpoint override the product honours. The first-boot rehearsal serves it on its network, the
+bootstrap sandbox (tests/bootstrap/test_ngc_sigv4.py) on 127.0.0.1.
 
 A request is answered only when botocore's own SigV4 signer (botocore.auth.SigV4Auth), given the
 role credentials that the IMDS stand-in handed that instance and the request's X-Amz-Date,
-computes the same Authorization header (as tests/bootstrap/test_ngc_sigv4.py checks the signer),
-and only for a parameter the role's policy lists: the head's role reads the database password,
-the GPU nodes' role does not (components/slurmhead.py parameter_policy). Errors are AWS's JSON
+computes the same Authorization header, and only for a parameter the role's policy lists (in the
+rehearsal: the head's role reads the database password,
+the GPU nodes' role does not, components/slurmhead.py parameter_policy). Errors are AWS's JSON
 error bodies with status 400 (ParameterNotFound, InvalidSignatureException, AccessDeniedException).
 """
 
@@ -24,6 +25,8 @@ from unittest import mock
 import botocore.auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+
+from tests.support.httpserve import serve, stop
 
 
 @dataclass
@@ -50,11 +53,12 @@ def expected_authorization(url: str, headers: dict[str, str], body: bytes, regio
 @dataclass
 class Ssm:
     address: str
-    port: int = 8081
+    port: int = 8081  # 0: any free port (url is right once started)
     region: str = "us-east-1"
     parameters: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (Type, Value)
     roles: dict[str, Role] = field(default_factory=dict)
     requests: list[tuple[str, str, str, int]] = field(default_factory=list)  # client, role, name, status
+    headers: list[dict[str, str]] = field(default_factory=list)  # each request's headers, lower-case names
     _server: http.server.ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -96,6 +100,7 @@ class Ssm:
                 code, out, role, name = ssm.answer(self.client_address[0], self.path, headers, body)
                 with ssm._lock:
                     ssm.requests.append((self.client_address[0], role, name, code))
+                    ssm.headers.append(headers)
                 data = json.dumps(out).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/x-amz-json-1.1")
@@ -106,13 +111,10 @@ class Ssm:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer((self.address, self.port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="rehearsal-ssm", daemon=True).start()
+        self._server = serve(http.server.ThreadingHTTPServer((self.address, self.port), Handler), "stand-in-ssm")
+        self.port = int(self._server.server_address[1])
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop(self._server)
+        self._server = None
