@@ -161,8 +161,25 @@ class SlurmTransport:
         refused = _NO_ALLOCATION.search(err) or _SRUN_FATAL.search(err)
         if rc != 0 and refused and not out.strip():
             detail = "slurm: " + refused.group(0).removeprefix("srun: error: ").strip()
+            if "Requested node configuration is not available" in detail:
+                detail += self._gres_mismatch(node)
             return CommandResult(node, command, Outcome.UNREACHABLE, None, out, err, took, detail, "connect")
         return CommandResult(node, command, Outcome.OK, rc, out, err, took)
+
+    def _gres_mismatch(self, node: str) -> str:
+        """Why Slurm may have refused the step's shape: it asked for the GPUs of the inventory's
+        instance type (the catalog), and Slurm configures this node with others. Seen with a one-GPU
+        node named p5en.48xlarge in the inventory: `--gres=gpu:h200:8` against Slurm's `gpu:h200:1`."""
+        asked = self.settings.gres.get(node)
+        if asked is None:
+            return ""
+        rc, out, _, _ = _run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%G"], self.settings, 30)
+        has = _gpu_gres(out) if rc == 0 else None
+        if rc != 0 or has == asked:
+            return ""
+        return (f" (asked for --gres={asked}, the GPUs of the inventory's instance type; Slurm configures "
+                f"{has or 'no GPU gres'} on {node}: a GPU missing from gres.conf or from the node, or the "
+                "wrong instance_type in the inventory)")  # fmt: skip
 
     def close(self) -> None:
         return None

@@ -69,3 +69,29 @@ def test_the_rendered_cgroup_conf_constrains_devices() -> None:
     """Why the request matters: the stacks fence devices (a step sees only the GPUs it was given)."""
     files = render_head_user_data(slurm_stack("cv-training", os="ubuntu-24.04")).files
     assert "ConstrainDevices=yes" in files["etc/slurm/cgroup.conf"].splitlines()
+
+
+# What real srun (Slurm 22.05.8) printed when a step asked for more GPUs than the node has: the dry
+# run of scripts/device/slurm_gpu_run.sh on the build machine (real slurmctld and slurmd, one node
+# configured gpu:h200:1), with the inventory's instance_type p5en.48xlarge (the catalog's eight).
+_REFUSED = "srun: error: Unable to allocate resources: Requested node configuration is not available\n"
+
+
+@pytest.mark.parametrize("slurm_has,hint", [("gpu:h200:1(S:0)\n", True), ("gpu:h200:8(S:0-1)\n", False)])
+def test_a_step_refused_for_its_shape_says_what_was_asked_and_what_slurm_has(
+    monkeypatch: pytest.MonkeyPatch, slurm_has: str, hint: bool
+) -> None:
+    def fake_run(argv: Sequence[str], settings: SlurmClient, deadline_s: float) -> tuple[int, str, str, float]:
+        if argv[0] == "sinfo":
+            return 0, slurm_has, "", 0.1
+        return 1, "", _REFUSED, 0.2
+
+    monkeypatch.setattr(slurm, "_run", fake_run)
+    node = Node(name="lent-h200", host="127.0.0.1", instance_type="p5en.48xlarge")
+    res = SlurmTransport(SlurmClient(gres=gres_by_node([node]))).run(node, "nvidia-smi", 10)
+    assert res.outcome.value == "unreachable"
+    assert res.detail.startswith("slurm: Unable to allocate resources: Requested node configuration is not available")
+    if hint:  # the catalog's eight against the one Slurm knows: the mismatch is named, with the fix
+        assert "asked for --gres=gpu:h200:8" in res.detail and "Slurm configures gpu:h200:1 on lent-h200" in res.detail
+    else:  # same gres: the refusal has another cause, and no guess is added
+        assert "asked for" not in res.detail
