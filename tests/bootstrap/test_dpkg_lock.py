@@ -29,12 +29,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 BOUND = ("/var/lib/dpkg", "/var/lib/apt", "/var/cache/apt", "/var/log/apt", "/etc/apt")
+# Holds the locks until the test has seen the waiter wait (the file `release` appears) or for
+# argv[1] seconds. A fixed hold raced apt-get's start-up on a loaded machine: apt-get reached the
+# lock after the holder had let go and never waited (a full `make test` next to other work).
 HOLDER = """import fcntl, os, sys, time
 fds = []
 for p in sys.argv[3:]:
     fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o640); fcntl.lockf(fd, fcntl.LOCK_EX); fds.append(fd)
 open(sys.argv[2], "w").write("locked")
-time.sleep(float(sys.argv[1]))
+release = os.path.join(os.path.dirname(sys.argv[2]), "release")
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end and not os.path.exists(release):
+    time.sleep(0.05)
 """
 
 
@@ -69,9 +75,11 @@ def _run(root: Path, body: str) -> subprocess.CompletedProcess[str]:
     (root / "holder.py").write_text(HOLDER)
     mounts = " && ".join(f"mount --bind {root}{d} {d}" for d in BOUND)
     hold = (
-        f"lockfor() {{ rm -f {root}/locked; python3 {root}/holder.py \"$1\" {root}/locked "
+        f"lockfor() {{ rm -f {root}/locked {root}/release; python3 {root}/holder.py \"$1\" {root}/locked "
         "/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock & "
         f"for _ in $(seq 100); do [ -e {root}/locked ] && break; sleep 0.1; done; }}\n"
+        # waitlog PATTERN FILE: until the waiter says it waits (at most 60 s), then let go of the locks
+        f"waitlog() {{ for _ in $(seq 600); do grep -q \"$1\" \"$2\" && break; sleep 0.1; done; touch {root}/release; }}\n"
     )
     script = f"set -u\n{mounts}\n{hold}{body}"
     return subprocess.run(
@@ -92,18 +100,19 @@ def test_bootstrap_apt_waits_for_a_held_dpkg_lock(stack_cfg: dict[str, StackConf
     base = files["opt/gpuforge/phases/base.sh"]
     conf = [ln for ln in base.splitlines() if "/etc/apt/apt.conf.d/" in ln and ln.startswith("put ")]
     assert len(conf) == 1, "the base phase writes the lock timeout into apt.conf.d"
+    log = tmp_path / "waiter.log"
     body = (
         f". {tmp_path}/opt/gpuforge/lib.sh\nGPUFORGE_LOCK_WAIT_S=60\n"
-        "lockfor 4\n"
-        "apt_install gpuforge-lock-probe\n"
+        f"lockfor 60; apt_install gpuforge-lock-probe 2>>{log} & w=$!\n"
+        f"waitlog 'waiting for ' {log}; wait $w\n"
         "dpkg-query -W -f='probe: ${Status}\\n' gpuforge-lock-probe\n"
         f"{conf[0]}\n"
-        "wait; lockfor 4\n"
-        "apt-get install -y -q gpuforge-vendor-probe\n"
+        f"wait; lockfor 60; apt-get install -y -q gpuforge-vendor-probe >>{log} 2>&1 & w=$!\n"
+        f"waitlog 'Waiting for cache lock' {log}; wait $w\n"
         "dpkg-query -W -f='vendor: ${Status}\\n' gpuforge-vendor-probe\n"
     )
     r = _run(tmp_path, body)
-    out = r.stdout + r.stderr
+    out = r.stdout + r.stderr + (log.read_text() if log.exists() else "")
     assert r.returncode == 0, out
     assert "probe: install ok installed" in r.stdout and "vendor: install ok installed" in r.stdout, out
     assert re.search(r"waiting for .*/var/lib/(dpkg/lock-frontend|apt/lists/lock) by pid \d+ \(python3\)", out), out
