@@ -314,3 +314,21 @@ def test_checkpoint_without_its_image_fails_fast_instead_of_downloading(
     env = {**sb.env(), "GPUFORGE_SPOT_MAX_POLLS": "1"}
     subprocess.run([str(sb.root / "opt/gpuforge/bin/gpuforge-spot-watcher")], env=env, timeout=30, check=True)
     assert "checkpoint command FAILED" in sb.log() and not (sb.state / "pulled-at-run").exists()
+
+
+def test_a_failed_phase_leaves_no_download_behind_on_the_next_run(stack_cfg: dict[str, StackConfig], tmp_path: Path) -> None:
+    """A phase's work folder (the EFA installer's tarball, hundreds of MB on a node) outlives a
+    failed run; the next run, which holds the bootstrap lock, clears what earlier runs left, so a
+    node that fails at every boot does not fill its root volume."""
+    v = load_versions()
+    downloads = fixture_downloads(v)
+    downloads[Path(v.efa_installer.resolved_url).name] += b"tampered"
+    sb = Sandbox(tmp_path, stack_cfg["cv-training"], "n1", downloads=downloads)
+    state = sb.root / "var/lib/gpuforge"
+
+    def left() -> list[Path]:
+        return sorted(p for p in state.rglob("efa.*") if p.is_dir())
+
+    for _ in range(3):
+        assert sb.run().returncode != 0 and sb.status()["error"]["phase"] == "efa"
+        assert len(left()) == 1, left()  # this run's, kept for a look at what was fetched

@@ -15,6 +15,7 @@ trap 'die "exit $? from: $BASH_COMMAND (line $LINENO)"' ERR
 changed() { log "changed: $*"; touch "$STATE/changed"; }
 
 observe() { mkdir -p "$STATE/observed"; printf '%s' "$2" >"$STATE/observed/$1"; }
+workdir() { mkdir -p "$STATE/work"; mktemp -d "$STATE/work/$1.XXXXXX"; }
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
 installed() {

@@ -4,7 +4,7 @@
 . "${GPUFORGE_ROOT:-}/opt/gpuforge/lib.sh"
 ver=1.34.0
 if ! grep -q "EFA installer version: $ver" "$R/opt/amazon/efa_installed_packages" 2>/dev/null; then
-  tmp=$(mktemp -d "$STATE/efa.XXXXXX")
+  tmp=$(workdir efa)
   fetch https://efa-installer.amazonaws.com/aws-efa-installer-1.34.0.tar.gz "$tmp/efa.tar.gz" sha256 bd68839e741b0afd3ec2e37d50603803cfa7a279c120f0a736cc57c2ff2d7fdc
   tar -xzf "$tmp/efa.tar.gz" -C "$tmp"
   lock_wait  # the installer runs apt-get update and dpkg itself
@@ -28,7 +28,7 @@ apt_install libhwloc-dev
 ofi="$R/opt/aws-ofi-nccl"
 want=1.9.1-aws
 if [ "$(cat "$ofi/.gpuforge-version" 2>/dev/null)" != "$want" ]; then
-  tmp=$(mktemp -d "$STATE/ofi.XXXXXX")
+  tmp=$(workdir ofi)
   fetch https://github.com/aws/aws-ofi-nccl/releases/download/v1.9.1-aws/aws-ofi-nccl-1.9.1-aws.tar.gz "$tmp/ofi.tar.gz" sha512 77e44dcdb77e6b25cae882d2124b6d9a2a66f2b85321ae827ec7e3fd88bacd214a537a2490a578af44b7457cc655b2e382fc148b6ed8594a68a30d145f3ce70e
   mkdir "$tmp/src" && tar -xzf "$tmp/ofi.tar.gz" -C "$tmp/src" --strip-components=1
   (cd "$tmp/src" && { ./configure --prefix="$ofi" --with-libfabric="$R/opt/amazon/efa" \

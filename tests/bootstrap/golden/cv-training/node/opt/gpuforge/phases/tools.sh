@@ -10,7 +10,7 @@ observe dcgm "$(dpkg-query -W -f='${Version}' datacenter-gpu-manager)"
 dst="$R/opt/nccl-tests"
 want="v2.13.9 nccl 2.21.5-1+cuda12.4"
 if [ "$(cat "$dst/.gpuforge-version" 2>/dev/null)" != "$want" ]; then
-  tmp=$(mktemp -d "$STATE/nccl-tests.XXXXXX")
+  tmp=$(workdir nccl-tests)
   fetch https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.13.9.tar.gz "$tmp/src.tar.gz" sha256 ''
   mkdir "$tmp/src" && tar -xzf "$tmp/src.tar.gz" -C "$tmp/src" --strip-components=1
   make -C "$tmp/src" -j"$(nproc)" MPI=1 MPI_HOME="$R/opt/amazon/openmpi" CUDA_HOME="$R/usr/local/cuda-12.4" NCCL_HOME="$R/usr" >/dev/null

@@ -6,7 +6,7 @@ cwa="$R/opt/aws/amazon-cloudwatch-agent"
 ver=1.300072.0b1766
 fpr=937616F3450B7D806CBD9725D58167303B789C72
 if [ "$(cat "$cwa/bin/CWAGENT_VERSION" 2>/dev/null)" != "$ver" ]; then
-  tmp=$(mktemp -d "$STATE/cwagent.XXXXXX")
+  tmp=$(workdir cwagent)
   get() { curl -fsSL --retry 5 --retry-delay 3 --max-time 600 -o "$tmp/$1" "$2"; }
   get key.gpg https://amazoncloudwatch-agent.s3.amazonaws.com/assets/amazon-cloudwatch-agent.gpg
   get agent.deb https://amazoncloudwatch-agent.s3.amazonaws.com/ubuntu/amd64/1.300072.0b1766/amazon-cloudwatch-agent.deb
