@@ -153,21 +153,23 @@ def decide(
     errors = [r for r in res if r.level is Level.ERROR]
     unknown = [r for r in res if r.level is Level.UNKNOWN]
     me = status.get(node)
-    ours = me is not None and me.drained and me.reason.startswith(REASON_PREFIX)
+    ours = me if me is not None and me.drained and me.reason.startswith(REASON_PREFIX) else None  # drained by us
     if not errors:
-        named = _drained_for(me.reason) if ours else None  # type: ignore[union-attr]
-        if ours and named is not None and any(r.check == named for r in res) and named not in {r.check for r in unknown}:
+        named = _drained_for(ours.reason) if ours is not None else None
+        if ours is not None and named is not None and any(r.check == named for r in res) and named not in {
+            r.check for r in unknown
+        }:
             # The check it was drained for passes again and nothing fails. Evidence that is unknown
             # now was no reason to drain, so it is no reason to keep the drain either.
             rest = f"; evidence unknown for {', '.join(sorted({r.check for r in unknown}))}" if unknown else ""
-            return Decision("resume", f"{named} passes again and no check fails (was: {me.reason}){rest}", res)  # type: ignore[union-attr]
+            return Decision("resume", f"{named} passes again and no check fails (was: {ours.reason}){rest}", res)
         if unknown:
             names = ", ".join(sorted({r.check for r in unknown}))
             kept = f"; stays drained ({me.reason})" if me is not None and me.drained else ""
             return Decision("held", f"not draining {node}: evidence unknown for {names}, and missing evidence "
                                     f"never drains{kept}", res)  # fmt: skip
-        if ours:
-            return Decision("resume", f"every health check passes again (was: {me.reason})", res)  # type: ignore[union-attr]
+        if ours is not None:
+            return Decision("resume", f"every health check passes again (was: {ours.reason})", res)
         return Decision("none", "healthy", res)
     reason = _reason(errors)
     if me is not None and me.drained:

@@ -98,11 +98,15 @@ class SlurmTransport:
         with self._locks_lock:
             if node in self._gres:
                 return self._gres[node]
-        rc, out, _, _ = _run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%G"], self.settings, 30)
-        spec = _gpu_gres(out) if rc == 0 else None
+        _, spec = self._configured_gres(node)
         with self._locks_lock:
             self._gres[node] = spec
         return spec
+
+    def _configured_gres(self, node: str) -> tuple[bool, str | None]:
+        """Slurm's own view of a node's GPUs (sinfo %G): (whether sinfo answered, `gpu:<type>:<n>` or None)."""
+        rc, out, _, _ = _run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%G"], self.settings, 30)
+        return rc == 0, _gpu_gres(out) if rc == 0 else None
 
     def srun_argv(self, nodes: Sequence[str], tasks_per_node: int = 1, mpi: str | None = None) -> list[str]:
         s = self.settings
@@ -173,9 +177,8 @@ class SlurmTransport:
         asked = self.settings.gres.get(node)
         if asked is None:
             return ""
-        rc, out, _, _ = _run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%G"], self.settings, 30)
-        has = _gpu_gres(out) if rc == 0 else None
-        if rc != 0 or has == asked:
+        answered, has = self._configured_gres(node)
+        if not answered or has == asked:
             return ""
         return (f" (asked for --gres={asked}, the GPUs of the inventory's instance type; Slurm configures "
                 f"{has or 'no GPU gres'} on {node}: a GPU missing from gres.conf or from the node, or the "

@@ -6,12 +6,13 @@ with `--gres=gpu:h200:1` saw the H200, a step without saw none and was refused /
 the node-installed gpuforge's `validate --transport slurm` passed the GPU through srun. These tests
 hold that evidence to today's code: the cgroup.conf it ran must still be the one the product
 renders (else rerun scripts/device/slurm_gpu_run.sh), and validate's parsers must still read what
-srun brought back as one healthy H200.
+srun brought back as one healthy H200. What the run showed beyond that (the steps' cgroups, the
+refused /dev/nvidia0, slurmd's two starts) is the captured log itself, described in SOURCES.md: a
+test that re-read a capture's own words could fail only if the capture were edited.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -41,23 +42,6 @@ def test_the_cgroup_conf_the_h200_ran_is_the_one_the_product_renders() -> None:
     assert "CgroupPlugin=cgroup/v2" in ran and "ConstrainDevices=yes" in ran
 
 
-def test_slurmd_ran_cgroup_v2_and_constrained_each_step() -> None:
-    """From slurmd's own log, which holds two starts on the same machine: the second call's, which
-    failed with no system.slice to put its stepd scope in (the layout systemd gives a host), and the
-    third's, which started cgroup/v2 and had task/cgroup set a memory limit on each step; from the
-    run log, the steps ran in its stepd scope."""
-    first, _, last = (FIXTURES / "slurmd-lent-h200.log").read_text().rpartition("Running with local config file")
-    assert "Could not create scope directory /sys/fs/cgroup/system.slice/" in first and "initialization failed" in first
-    slurmd = last
-    assert "slurmd version 22.05.8 started" in slurmd and "initialization failed" not in slurmd
-    assert len(re.findall(r"task/cgroup: _memcg_initialize: step:", slurmd)) >= 3
-    with_gres = _sections()["a job that asks for the GPU"]
-    without = _sections()["a job that does not (ConstrainDevices must hide the GPU)"]
-    assert "0::/system.slice/lent-h200_slurmstepd.scope/job_" in with_gres
-    assert re.search(r"^GPU 0: NVIDIA H200 ", with_gres, re.MULTILINE) and "CUDA_VISIBLE_DEVICES=0" in with_gres
-    assert "No devices found." in without and "/dev/nvidia0' for reading: Operation not permitted" in without
-
-
 def test_the_transport_asks_for_the_gres_slurm_reported_on_the_h200() -> None:
     """validate's SlurmTransport reads sinfo's %G to build --gres (without an instance type): the
     H200 node's `gpu:h200:1` is the gres the step that saw the GPU asked for."""
@@ -72,7 +56,3 @@ def test_what_srun_brought_back_reads_as_one_healthy_h200() -> None:
     expect = build_expectations(None, "p5en.48xlarge", {"gpus_per_node": 1, "interconnect": "none"})
     levels = {r.check: r.level for r in GpuInventoryCheck().run_on_output("lent-h200", stdout, expect)}
     assert levels and set(levels.values()) == {Level.PASS}, levels
-    report = json.loads((FIXTURES / "validate-slurm.json").read_text())
-    assert report["context"]["transport"] == "slurm" and report["summary"]["error"] == 0
-    by = {r["check"]: r for r in report["results"]}
-    assert by["node.reachable"]["message"] == "slurm: reached through srun" and by["gpu.count"]["level"] == "pass"
